@@ -1,0 +1,311 @@
+package admission
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+)
+
+// BrokerHealthMode is the tri-state of broker_health_step_down.
+type BrokerHealthMode string
+
+// The three states of broker_health_step_down.
+const (
+	BrokerHealthOmitted BrokerHealthMode = ""    // the decision was not made
+	BrokerHealthOff     BrokerHealthMode = "off" // broker-path failover disabled on purpose
+	BrokerHealthOn      BrokerHealthMode = "on"  // step down after the threshold
+)
+
+// BrokerHealth is broker_health_step_down: omitted, off, or a threshold.
+type BrokerHealth struct {
+	Mode      BrokerHealthMode
+	Threshold time.Duration // meaningful only when Mode is BrokerHealthOn
+}
+
+// String prints the value as it is written in a configuration.
+func (b BrokerHealth) String() string {
+	switch b.Mode {
+	case BrokerHealthOn:
+		return FormatSeconds(b.Threshold)
+	case BrokerHealthOff:
+		return "off"
+	}
+	return "omitted"
+}
+
+// Activation is one transport's disclosed activation and close bounds.
+type Activation struct {
+	Name  string        `json:"name"`
+	Bound time.Duration `json:"activation_ns"`
+	Close time.Duration `json:"close_ns"`
+}
+
+// Inputs are one session's canonical manager inputs.
+type Inputs struct {
+	Session          string
+	Timing           Timing
+	BrokerHealth     BrokerHealth
+	StartupAllowance time.Duration
+	// FailoverSLO is the declared objective; nil when none is declared.
+	FailoverSLO *time.Duration
+	// Transports lists what the session opens as owner; their activation
+	// bounds add up to the activation term and their close bounds to the
+	// close bound of the self-fence rule.
+	Transports []Activation
+}
+
+// Budget is one failure mode's worst case, term by term.
+type Budget struct {
+	Total time.Duration `json:"total_ns"`
+	Terms []Term        `json:"terms"`
+}
+
+// Term is one named addend of a budget.
+type Term struct {
+	Name  string        `json:"name"`
+	Value time.Duration `json:"ns"`
+}
+
+// Report is the outcome of admitting one session.
+type Report struct {
+	Session    string
+	Timing     Timing
+	OwnerDeath Budget
+	// BrokerPath is nil when broker_health_step_down is off or omitted.
+	BrokerPath *Budget
+	// BrokerPathFailover is "on", "off" or "undecided".
+	BrokerPathFailover string
+	FailoverSLO        *time.Duration
+	Activation         time.Duration
+	CloseBound         time.Duration
+	// FenceAfter is how long after sending its last successful renew the
+	// owner must have closed its transports: lease_ttl - close bound -
+	// clock-rate margin. The lease manager cancels the owner context then.
+	FenceAfter time.Duration
+	Refusals   []string
+}
+
+// Admitted reports whether the session has no refusal.
+func (r *Report) Admitted() bool { return len(r.Refusals) == 0 }
+
+// MaxStepDownStage caps each of the bounded source close and the bounded
+// lease release of a broker-path step-down.
+const MaxStepDownStage = 5 * time.Second
+
+// ClockRatePPM bounds how far the owner's and a standby's clocks may run
+// apart, in parts per million of an interval. The self-fence deadline keeps
+// this fraction of lease_ttl as margin.
+const ClockRatePPM = 1000
+
+// ClockRateMargin is ceil(lease_ttl * ClockRatePPM / 1e6).
+func ClockRateMargin(leaseTTL time.Duration) time.Duration {
+	// Divide first so lease_ttl near MaxInt64 cannot overflow.
+	const per = 1_000_000 / ClockRatePPM
+	return time.Duration(ceilDiv(int64(leaseTTL), per))
+}
+
+// OwnerDeath is the owner-death budget:
+// L + 2*pb + (1 + ceil(L/mjp))*C + A + S.
+func OwnerDeath(t Timing, activation, startup time.Duration) (Budget, error) {
+	var c calc
+	pb, err := PollBoundary(t.AcquirePollInterval)
+	if err != nil {
+		return Budget{}, fmt.Errorf("%w (poll_boundaries)", err)
+	}
+	mjp := MinJitteredPoll(t.AcquirePollInterval)
+	rounds := int64(1)
+	if t.LeaseTTL > 0 {
+		rounds += ceilDiv(int64(t.LeaseTTL), int64(mjp))
+	}
+	terms := []Term{
+		{"lease_ttl", t.LeaseTTL},
+		{"poll_boundaries", c.mul("poll_boundaries", pb, 2)},
+		{"observation_calls", c.mul("observation_calls", t.RenewCallTimeout, rounds)},
+		{"activation", activation},
+		{"startup_allowance", startup},
+	}
+	return total(&c, terms)
+}
+
+// BrokerPath is the broker-path budget for threshold B:
+// B + R + J/2 + 2*min(5s, G) + G + 2*pb + 4*C + A + S.
+func BrokerPath(t Timing, threshold, activation, startup time.Duration) (Budget, error) {
+	var c calc
+	pb, err := PollBoundary(t.AcquirePollInterval)
+	if err != nil {
+		return Budget{}, fmt.Errorf("%w (standby_polls)", err)
+	}
+	terms := []Term{
+		{"broker_health_step_down", threshold},
+		{"detection_round", c.add("detection_round", t.RenewInterval, t.RenewJitter/2)},
+		{"bounded_close_and_release", c.mul("bounded_close_and_release", min(MaxStepDownStage, t.StepDownGrace), 2)},
+		{"settlement_grace", t.StepDownGrace},
+		{"standby_polls", c.mul("standby_polls", pb, 2)},
+		{"store_calls", c.mul("store_calls", t.RenewCallTimeout, 4)},
+		{"activation", activation},
+		{"startup_allowance", startup},
+	}
+	return total(&c, terms)
+}
+
+func total(c *calc, terms []Term) (Budget, error) {
+	b := Budget{Terms: terms}
+	for _, t := range terms {
+		b.Total = c.add(t.Name, b.Total, t.Value)
+	}
+	if c.err != nil {
+		return Budget{}, c.err
+	}
+	return b, nil
+}
+
+// MQTTActivationBound is the paho transport's aggregate activation bound:
+// an initial connect and reconcile, then up to two recycles each after an
+// unmatched-grace wait: 3*connect + 3*reconcile + 2*unmatched_grace.
+func MQTTActivationBound(connect, reconcile, unmatchedGrace time.Duration) (time.Duration, error) {
+	var c calc
+	d := c.sum("mqtt_activation",
+		c.mul("mqtt_activation", connect, 3),
+		c.mul("mqtt_activation", reconcile, 3),
+		c.mul("mqtt_activation", unmatchedGrace, 2))
+	return d, c.err
+}
+
+// Evaluate computes both budgets of one session and every refusal. It never
+// opens anything; errors in the arithmetic become refusals.
+func Evaluate(in Inputs) Report {
+	r := Report{
+		Session:     in.Session,
+		Timing:      in.Timing,
+		FailoverSLO: in.FailoverSLO,
+	}
+	refuse := func(format string, args ...any) {
+		r.Refusals = append(r.Refusals, fmt.Sprintf(format, args...))
+	}
+	t := in.Timing
+	fs := FormatSeconds
+
+	var c calc
+	for _, tr := range in.Transports {
+		r.Activation = c.add("activation", r.Activation, tr.Bound)
+		r.CloseBound = c.add("close_bound", r.CloseBound, tr.Close)
+	}
+	if c.err != nil {
+		refuse("%v", c.err)
+		return r
+	}
+
+	// Ranges each value must be in before any relation makes sense.
+	positive := []struct {
+		key string
+		d   time.Duration
+	}{
+		{"lease_ttl", t.LeaseTTL}, {"renew_interval", t.RenewInterval},
+		{"renew_call_timeout", t.RenewCallTimeout}, {"acquire_poll_interval", t.AcquirePollInterval},
+	}
+	for _, p := range positive {
+		if p.d <= 0 {
+			refuse("%s = %s: must be > 0", p.key, fs(p.d))
+		}
+	}
+	for _, p := range []struct {
+		key string
+		d   time.Duration
+	}{{"lease_renew_jitter", t.RenewJitter}, {"step_down_grace", t.StepDownGrace}, {"startup_allowance", in.StartupAllowance}} {
+		if p.d < 0 {
+			refuse("%s = %s: must be >= 0", p.key, fs(p.d))
+		}
+	}
+	if t.MaxRenewFails < 1 {
+		refuse("max_renew_fails = %d: must be >= 1", t.MaxRenewFails)
+	}
+	if in.BrokerHealth.Mode == BrokerHealthOn && in.BrokerHealth.Threshold <= 0 {
+		refuse("broker_health_step_down = %s: must be a positive duration or off", fs(in.BrokerHealth.Threshold))
+	}
+	if in.FailoverSLO != nil && *in.FailoverSLO <= 0 {
+		refuse("failover_slo = %s: must be > 0", fs(*in.FailoverSLO))
+	}
+	if len(r.Refusals) > 0 {
+		r.BrokerPathFailover = brokerPathState(in.BrokerHealth)
+		return r
+	}
+	if t.RenewJitter/2 >= t.RenewInterval {
+		refuse("renew jitter: lease_renew_jitter/2 = %s must be < renew_interval = %s, or a renew could be scheduled at once",
+			fs(t.RenewJitter/2), fs(t.RenewInterval))
+	}
+
+	// Self-fence: a renew round at its longest (the previous call, the
+	// interval with jitter, the new call) plus closing the transports and
+	// the clock-rate margin must fit into lease_ttl, or the owner would fence
+	// itself in normal operation before its next renew could land.
+	margin := ClockRateMargin(t.LeaseTTL)
+	r.FenceAfter = t.LeaseTTL - r.CloseBound - margin
+	need := c.sum("self_fence", t.RenewCallTimeout, t.RenewInterval, t.RenewJitter/2, t.RenewCallTimeout, r.CloseBound, margin)
+	if c.err != nil {
+		refuse("%v", c.err)
+	} else if need > t.LeaseTTL {
+		refuse("self-fence: renew_call_timeout + renew_interval + lease_renew_jitter/2 + renew_call_timeout + close_bound + clock_rate_margin = %s + %s + %s + %s + %s + %s = %s must be <= lease_ttl = %s: the owner would reach its fence deadline before its next renew can land",
+			fs(t.RenewCallTimeout), fs(t.RenewInterval), fs(t.RenewJitter/2), fs(t.RenewCallTimeout), fs(r.CloseBound), fs(margin), fs(need), fs(t.LeaseTTL))
+	}
+
+	od, err := OwnerDeath(t, r.Activation, in.StartupAllowance)
+	if err != nil {
+		refuse("owner-death budget: %v", err)
+	} else {
+		r.OwnerDeath = od
+	}
+	r.BrokerPathFailover = brokerPathState(in.BrokerHealth)
+	if in.BrokerHealth.Mode == BrokerHealthOn {
+		bp, err := BrokerPath(t, in.BrokerHealth.Threshold, r.Activation, in.StartupAllowance)
+		if err != nil {
+			refuse("broker-path budget: %v", err)
+		} else {
+			r.BrokerPath = &bp
+		}
+	}
+
+	if in.FailoverSLO != nil {
+		slo := *in.FailoverSLO
+		if in.BrokerHealth.Mode == BrokerHealthOmitted {
+			refuse("failover_slo = %s is declared but broker_health_step_down is omitted: set it to off (the objective covers owner death alone) or to a duration", fs(slo))
+		}
+		if err == nil && r.OwnerDeath.Total > slo {
+			refuse("owner-death budget %s exceeds failover_slo %s by %s (%s)", fs(r.OwnerDeath.Total), fs(slo), fs(r.OwnerDeath.Total-slo), dominant(r.OwnerDeath))
+		}
+		if r.BrokerPath != nil && r.BrokerPath.Total > slo {
+			refuse("broker-path budget %s exceeds failover_slo %s by %s (%s)", fs(r.BrokerPath.Total), fs(slo), fs(r.BrokerPath.Total-slo), dominant(*r.BrokerPath))
+		}
+	}
+	return r
+}
+
+func brokerPathState(b BrokerHealth) string {
+	switch b.Mode {
+	case BrokerHealthOn:
+		return "on"
+	case BrokerHealthOff:
+		return "off"
+	}
+	return "undecided"
+}
+
+// dominant names the largest terms of a budget so a refusal says which knob
+// to turn.
+func dominant(b Budget) string {
+	terms := append([]Term(nil), b.Terms...)
+	sort.SliceStable(terms, func(i, j int) bool { return terms[i].Value > terms[j].Value })
+	var parts []string
+	for _, t := range terms[:min(3, len(terms))] {
+		if t.Value == 0 {
+			break
+		}
+		pct := 0.0
+		if b.Total > 0 {
+			pct = math.Round(float64(t.Value)/float64(b.Total)*1000) / 10
+		}
+		parts = append(parts, fmt.Sprintf("%s %s = %.1f%%", t.Name, FormatSeconds(t.Value), pct))
+	}
+	return "largest terms: " + strings.Join(parts, ", ")
+}

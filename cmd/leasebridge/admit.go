@@ -1,0 +1,58 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/leasebridge/leasebridge/internal/report"
+	"github.com/leasebridge/leasebridge/routes"
+)
+
+// admit runs admission on a configuration file and opens nothing else.
+func admit(args []string, stdout, stderr io.Writer) int {
+	fl := newFlags("admit", stderr)
+	file := fl.String("c", "", "configuration file")
+	asJSON := fl.Bool("json", false, "print the result as JSON (docs/admit-json.md)")
+	if err := parseFlags(fl, args); err != nil {
+		return flagStatus(err)
+	}
+	if *file == "" {
+		fmt.Fprintf(stderr, "leasebridge admit: -c FILE is required\n")
+		return exitInvalid
+	}
+	cfg, err := routes.Load(*file)
+	if err != nil {
+		var errs routes.Errors
+		if !errors.As(err, &errs) {
+			// Unreadable file: wrap it so it prints like any other error.
+			errs = routes.Errors{{File: *file, Message: err.Error()}}
+		}
+		if *asJSON {
+			if err := report.WriteJSON(stdout, report.Invalid(*file, errs)); err != nil {
+				fmt.Fprintf(stderr, "leasebridge admit: %v\n", err)
+			}
+		} else {
+			fmt.Fprintf(stderr, "%s: invalid configuration (%d problem(s)):\n", *file, len(errs))
+			for _, e := range errs {
+				fmt.Fprintf(stderr, "  %v\n", e)
+			}
+		}
+		return exitInvalid
+	}
+	sessions := cfg.Sessions()
+	reports := cfg.Admit()
+	doc := report.FromReports(cfg, sessions, reports)
+	if *asJSON {
+		if err := report.WriteJSON(stdout, doc); err != nil {
+			fmt.Fprintf(stderr, "leasebridge admit: %v\n", err)
+			return exitInvalid
+		}
+	} else {
+		report.WriteText(stdout, cfg, sessions, reports)
+	}
+	if !doc.Admitted {
+		return exitRefused
+	}
+	return exitOK
+}

@@ -1,0 +1,82 @@
+// Command leasebridge keeps each exclusive industrial connection (Modbus,
+// S7, OPC UA, an MQTT bridge) open on exactly one node of a fleet, with
+// failover no slower than the budget admission prints.
+//
+//	leasebridge admit -c FILE [--json]      dry run for CI: opens nothing
+//	leasebridge budget --profile NAME [--json|--markdown]
+//
+// Exit status of admit: 0 admitted, 1 refused, 2 invalid configuration
+// or usage.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+)
+
+// Exit statuses.
+const (
+	exitOK      = 0
+	exitRefused = 1
+	exitInvalid = 2
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `usage:
+  leasebridge admit -c FILE [--json]        admission dry run: 0 admitted, 1 refused, 2 invalid
+  leasebridge budget --profile NAME [--json | --markdown]
+                                            a lease profile's budgets (standalone, clustered, all)
+`
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitInvalid
+	}
+	switch args[0] {
+	case "admit":
+		return admit(args[1:], stdout, stderr)
+	case "budget":
+		return budget(args[1:], stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "leasebridge: unknown command %q\n%s", args[0], usage)
+	return exitInvalid
+}
+
+// newFlags returns a flag set that reports its own errors to stderr.
+func newFlags(name string, stderr io.Writer) *flag.FlagSet {
+	fl := flag.NewFlagSet("leasebridge "+name, flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	return fl
+}
+
+// parseFlags parses and refuses stray positional arguments.
+func parseFlags(fl *flag.FlagSet, args []string) error {
+	if err := fl.Parse(args); err != nil {
+		return err
+	}
+	if fl.NArg() > 0 {
+		err := fmt.Errorf("unexpected argument %q", fl.Arg(0))
+		fmt.Fprintf(fl.Output(), "%s: %v\n", fl.Name(), err)
+		return err
+	}
+	return nil
+}
+
+var errHelp = flag.ErrHelp
+
+func flagStatus(err error) int {
+	if errors.Is(err, errHelp) {
+		return exitOK
+	}
+	return exitInvalid
+}

@@ -1,0 +1,263 @@
+// Package report renders admission results for people (text, Markdown) and
+// for machines (JSON). The command line, the startup log and the generated
+// docs all print through it, so they cannot disagree.
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/leasebridge/leasebridge/admission"
+	"github.com/leasebridge/leasebridge/routes"
+)
+
+// Admission is the JSON document `leasebridge admit --json` prints; its
+// fields are documented in docs/admit-json.md.
+type Admission struct {
+	Admitted       bool                 `json:"admitted"`
+	File           string               `json:"file"`
+	DeploymentMode string               `json:"deployment_mode,omitempty"`
+	Sessions       []Session            `json:"sessions"`
+	Errors         []*routes.FieldError `json:"errors"`
+}
+
+// Session is one session's admission outcome in JSON.
+type Session struct {
+	Session            string                      `json:"session"`
+	Routes             []string                    `json:"routes"`
+	Admitted           bool                        `json:"admitted"`
+	OwnerDeathNS       *int64                      `json:"owner_death_ns"`
+	BrokerPathNS       *int64                      `json:"broker_path_ns"`
+	BrokerPathFailover string                      `json:"broker_path_failover"`
+	FailoverSLONS      *int64                      `json:"failover_slo_ns"`
+	Terms              map[string]map[string]int64 `json:"terms"`
+	Timing             admission.Timing            `json:"timing"`
+	ActivationNS       int64                       `json:"activation_ns"`
+	CloseBoundNS       int64                       `json:"close_bound_ns"`
+	FenceAfterNS       int64                       `json:"fence_after_ns"`
+	Refusals           []string                    `json:"refusals"`
+}
+
+func ns(d time.Duration) *int64 {
+	v := int64(d)
+	return &v
+}
+
+func termMap(b admission.Budget) map[string]int64 {
+	m := make(map[string]int64, len(b.Terms))
+	for _, t := range b.Terms {
+		m[t.Name] = int64(t.Value)
+	}
+	return m
+}
+
+// FromReports builds the JSON document for an admitted or refused file.
+func FromReports(cfg *routes.Config, sessions []routes.Session, reports []admission.Report) Admission {
+	a := Admission{Admitted: true, File: cfg.File, DeploymentMode: string(cfg.DeploymentMode), Errors: []*routes.FieldError{}}
+	for i, r := range reports {
+		s := Session{
+			Session:            r.Session,
+			Routes:             sessions[i].Routes,
+			Admitted:           r.Admitted(),
+			BrokerPathFailover: r.BrokerPathFailover,
+			Terms:              map[string]map[string]int64{},
+			Timing:             r.Timing,
+			ActivationNS:       int64(r.Activation),
+			CloseBoundNS:       int64(r.CloseBound),
+			FenceAfterNS:       int64(r.FenceAfter),
+			Refusals:           append([]string{}, r.Refusals...),
+		}
+		if len(r.OwnerDeath.Terms) > 0 {
+			s.OwnerDeathNS = ns(r.OwnerDeath.Total)
+			s.Terms["owner_death"] = termMap(r.OwnerDeath)
+		}
+		if r.BrokerPath != nil {
+			s.BrokerPathNS = ns(r.BrokerPath.Total)
+			s.Terms["broker_path"] = termMap(*r.BrokerPath)
+		}
+		if r.FailoverSLO != nil {
+			s.FailoverSLONS = ns(*r.FailoverSLO)
+		}
+		a.Admitted = a.Admitted && s.Admitted
+		a.Sessions = append(a.Sessions, s)
+	}
+	return a
+}
+
+// Invalid builds the JSON document for a configuration that did not decode.
+func Invalid(file string, errs routes.Errors) Admission {
+	return Admission{File: file, Sessions: []Session{}, Errors: errs}
+}
+
+// WriteJSON prints the document indented, with a trailing newline.
+func WriteJSON(w io.Writer, a Admission) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(a)
+}
+
+// WriteText prints an admission result for an operator: per session the
+// verdict, the resolved cadence with where each value came from, and every
+// term of both budgets so the dominant one is visible.
+func WriteText(w io.Writer, cfg *routes.Config, sessions []routes.Session, reports []admission.Report) {
+	fs := admission.FormatSeconds
+	admitted := 0
+	fmt.Fprintf(w, "%s: deployment_mode %s, %d session(s)\n", cfg.File, cfg.DeploymentMode, len(reports))
+	for i, r := range reports {
+		verdict := "REFUSED"
+		if r.Admitted() {
+			verdict = "admitted"
+			admitted++
+		}
+		fmt.Fprintf(w, "\nsession %s: %s (routes: %s)\n", r.Session, verdict, strings.Join(sessions[i].Routes, ", "))
+		for _, ref := range r.Refusals {
+			fmt.Fprintf(w, "  refused: %s\n", ref)
+		}
+		if len(r.OwnerDeath.Terms) == 0 {
+			continue
+		}
+		WriteTiming(w, "  ", r.Timing)
+		slo := "no failover_slo declared"
+		if r.FailoverSLO != nil {
+			slo = "failover_slo " + fs(*r.FailoverSLO)
+		}
+		fmt.Fprintf(w, "  %s\n", slo)
+		writeBudget(w, "owner-death budget", r.OwnerDeath)
+		switch {
+		case r.BrokerPath != nil:
+			writeBudget(w, "broker-path budget", *r.BrokerPath)
+		case r.BrokerPathFailover == "off":
+			fmt.Fprintf(w, "  broker_path_failover: off (broker_health_step_down: off; the objective covers owner death alone)\n")
+		default:
+			fmt.Fprintf(w, "  broker_path_failover: undecided (broker_health_step_down omitted)\n")
+		}
+		fmt.Fprintf(w, "  self-fence: the owner closes %s after sending its last successful renew (lease_ttl %s - close bound %s - clock-rate margin %s)\n",
+			fs(r.FenceAfter), fs(r.Timing.LeaseTTL), fs(r.CloseBound), fs(admission.ClockRateMargin(r.Timing.LeaseTTL)))
+	}
+	fmt.Fprintf(w, "\n%d of %d session(s) admitted\n", admitted, len(reports))
+}
+
+// WriteTiming prints a resolved cadence, one value per line with its origin.
+func WriteTiming(w io.Writer, indent string, t admission.Timing) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fs := admission.FormatSeconds
+	for _, row := range []struct {
+		key string
+		val string
+	}{
+		{"lease_ttl", fs(t.LeaseTTL)},
+		{"renew_interval", fs(t.RenewInterval)},
+		{"lease_renew_jitter", fs(t.RenewJitter)},
+		{"renew_call_timeout", fs(t.RenewCallTimeout)},
+		{"acquire_poll_interval", fs(t.AcquirePollInterval)},
+		{"step_down_grace", fs(t.StepDownGrace)},
+		{"max_renew_fails", fmt.Sprint(t.MaxRenewFails)},
+	} {
+		fmt.Fprintf(tw, "%s%s\t%s\t(%s)\n", indent, row.key, row.val, t.Origins[row.key])
+	}
+	tw.Flush()
+}
+
+func writeBudget(w io.Writer, title string, b admission.Budget) {
+	fs := admission.FormatSeconds
+	fmt.Fprintf(w, "  %s: %s\n", title, fs(b.Total))
+	terms := append([]admission.Term(nil), b.Terms...)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	for _, t := range terms {
+		pct := 0.0
+		if b.Total > 0 {
+			pct = float64(t.Value) * 100 / float64(b.Total)
+		}
+		fmt.Fprintf(tw, "    %s\t%s\t%5.1f%%\t\n", t.Name, fs(t.Value), pct)
+	}
+	tw.Flush()
+}
+
+// Profile is one shipped profile evaluated at the MQTT transport's defaults
+// and startup_allowance 0.
+type Profile struct {
+	Mode       admission.Mode   `json:"profile"`
+	Timing     admission.Timing `json:"timing"`
+	Activation time.Duration    `json:"activation_ns"`
+	OwnerDeath admission.Budget `json:"owner_death"`
+	// BrokerPathBase is the broker-path budget without its threshold term:
+	// the budget is broker_health_step_down + BrokerPathBase.
+	BrokerPathBase time.Duration    `json:"broker_path_without_threshold_ns"`
+	BrokerPath     admission.Budget `json:"broker_path_at_zero_threshold"`
+}
+
+// Profiles lists the shipped profiles in table order.
+var Profiles = []admission.Mode{admission.Standalone, admission.Clustered}
+
+// EvaluateProfile computes one profile's row.
+func EvaluateProfile(mode admission.Mode) (Profile, error) {
+	t, err := admission.ResolveTiming(mode, admission.Overrides{})
+	if err != nil {
+		return Profile{}, err
+	}
+	act, err := admission.MQTTActivationBound(routes.DefaultMQTTConnectTimeout, routes.DefaultMQTTReconcileTimeout, routes.DefaultMQTTUnmatchedGrace)
+	if err != nil {
+		return Profile{}, err
+	}
+	od, err := admission.OwnerDeath(t, act, 0)
+	if err != nil {
+		return Profile{}, err
+	}
+	bp, err := admission.BrokerPath(t, 0, act, 0)
+	if err != nil {
+		return Profile{}, err
+	}
+	return Profile{Mode: mode, Timing: t, Activation: act, OwnerDeath: od, BrokerPathBase: bp.Total, BrokerPath: bp}, nil
+}
+
+// WriteProfile prints one profile for `leasebridge budget`.
+func WriteProfile(w io.Writer, p Profile) {
+	fs := admission.FormatSeconds
+	fmt.Fprintf(w, "profile %s (deployment_mode: %s, no pinned lease timing)\n", p.Mode, p.Mode)
+	fmt.Fprintf(w, "evaluated with the MQTT transport at its defaults (connect_timeout %s, reconcile_timeout %s, unmatched_grace %s: activation %s) and startup_allowance 0s\n\n",
+		fs(routes.DefaultMQTTConnectTimeout), fs(routes.DefaultMQTTReconcileTimeout), fs(routes.DefaultMQTTUnmatchedGrace), fs(p.Activation))
+	WriteTiming(w, "  ", p.Timing)
+	fmt.Fprintln(w)
+	writeBudget(w, "owner-death budget", p.OwnerDeath)
+	fmt.Fprintf(w, "  broker-path budget: broker_health_step_down + %s\n", fs(p.BrokerPathBase))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	for _, t := range p.BrokerPath.Terms {
+		if t.Name == "broker_health_step_down" {
+			fmt.Fprintf(tw, "    %s\t%s\t\n", t.Name, "B")
+			continue
+		}
+		fmt.Fprintf(tw, "    %s\t%s\t\n", t.Name, fs(t.Value))
+	}
+	tw.Flush()
+}
+
+// ProfileTable renders the shipped profiles as the Markdown table of
+// docs/failover-budget.md.
+func ProfileTable() (string, error) {
+	var b strings.Builder
+	b.WriteString("| Profile | lease_ttl | renew_interval | lease_renew_jitter | renew_call_timeout | acquire_poll_interval | step_down_grace | Owner-death budget | Broker-path budget |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+	short := admission.FormatSecondsShort
+	for _, m := range Profiles {
+		p, err := EvaluateProfile(m)
+		if err != nil {
+			return "", err
+		}
+		t := p.Timing
+		cell := func(key string, d time.Duration) string {
+			if o := t.Origins[key]; o == admission.Derived {
+				return short(d) + " derived"
+			}
+			return short(d)
+		}
+		fmt.Fprintf(&b, "| %s (`deployment_mode: %s`) | %s | %s | %s | %s | %s | %s | %s | broker_health_step_down + %s |\n",
+			m, m, cell("lease_ttl", t.LeaseTTL), cell("renew_interval", t.RenewInterval), cell("lease_renew_jitter", t.RenewJitter),
+			cell("renew_call_timeout", t.RenewCallTimeout), cell("acquire_poll_interval", t.AcquirePollInterval),
+			cell("step_down_grace", t.StepDownGrace), short(p.OwnerDeath.Total), short(p.BrokerPathBase))
+	}
+	return b.String(), nil
+}

@@ -1,0 +1,215 @@
+package routes
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/leasebridge/leasebridge/admission"
+)
+
+// Session is one unit of exclusivity with the canonical manager inputs every
+// route naming it agrees on.
+type Session struct {
+	Name string
+	// Routes names the session's routes, sorted.
+	Routes []string
+	// Inputs are valid only when Refusals is empty.
+	Inputs admission.Inputs
+	// Refusals are divergences between routes and timing that cannot be
+	// derived; admission adds its own.
+	Refusals []string
+}
+
+// routeInputs is what one route alone says its session's manager inputs
+// are, after defaults and profiles.
+type routeInputs struct {
+	route  *Route
+	index  int
+	inputs admission.Inputs
+	err    error
+}
+
+func pick[T any](route, file *T) *T {
+	if route != nil {
+		return route
+	}
+	return file
+}
+
+func durPtr(d *Duration) *time.Duration {
+	if d == nil {
+		return nil
+	}
+	v := d.D()
+	return &v
+}
+
+// effective merges a route's manager block over the file's defaults.
+func (c *Config) effective(r *Route) Manager {
+	f, m := c.Manager, r.Manager
+	return Manager{
+		LeaseTTL:             pick(m.LeaseTTL, f.LeaseTTL),
+		RenewInterval:        pick(m.RenewInterval, f.RenewInterval),
+		LeaseRenewJitter:     pick(m.LeaseRenewJitter, f.LeaseRenewJitter),
+		RenewCallTimeout:     pick(m.RenewCallTimeout, f.RenewCallTimeout),
+		AcquirePollInterval:  pick(m.AcquirePollInterval, f.AcquirePollInterval),
+		MaxRenewFails:        pick(m.MaxRenewFails, f.MaxRenewFails),
+		StepDownGrace:        pick(m.StepDownGrace, f.StepDownGrace),
+		BrokerHealthStepDown: pick(m.BrokerHealthStepDown, f.BrokerHealthStepDown),
+		StartupAllowance:     pick(m.StartupAllowance, f.StartupAllowance),
+		FailoverSLO:          pick(m.FailoverSLO, f.FailoverSLO),
+	}
+}
+
+// Transports lists what a route opens as owner, in a canonical order: the
+// device first, then the remote broker, then the local broker.
+func (c *Config) Transports(r *Route) []admission.Activation {
+	var out []admission.Activation
+	if d := c.Devices[r.Device]; d != nil && (r.Kind == RoutePoll || r.Kind == RouteWrite) {
+		out = append(out, admission.Activation{Name: d.Kind + ":" + r.Device, Bound: d.ActivationBound(), Close: d.CloseBound()})
+	}
+	if b := c.Brokers[r.Remote]; b != nil && r.Kind == RouteBridge {
+		out = append(out, admission.Activation{Name: "mqtt:" + r.Remote, Bound: b.ActivationBound(), Close: b.CloseBound()})
+	}
+	if b := c.Brokers[r.Broker]; b != nil {
+		out = append(out, admission.Activation{Name: "mqtt:" + r.Broker, Bound: b.ActivationBound(), Close: b.CloseBound()})
+	}
+	return out
+}
+
+func (c *Config) routeInputs(i int, r *Route) routeInputs {
+	m := c.effective(r)
+	t, err := admission.ResolveTiming(c.DeploymentMode, admission.Overrides{
+		LeaseTTL:            durPtr(m.LeaseTTL),
+		RenewInterval:       durPtr(m.RenewInterval),
+		RenewJitter:         durPtr(m.LeaseRenewJitter),
+		RenewCallTimeout:    durPtr(m.RenewCallTimeout),
+		AcquirePollInterval: durPtr(m.AcquirePollInterval),
+		StepDownGrace:       durPtr(m.StepDownGrace),
+		MaxRenewFails:       m.MaxRenewFails,
+	})
+	in := admission.Inputs{
+		Session:     r.Session,
+		Timing:      t,
+		FailoverSLO: durPtr(m.FailoverSLO),
+		Transports:  c.Transports(r),
+	}
+	if m.BrokerHealthStepDown != nil {
+		in.BrokerHealth = admission.BrokerHealth(*m.BrokerHealthStepDown)
+	}
+	if m.StartupAllowance != nil {
+		in.StartupAllowance = m.StartupAllowance.D()
+	}
+	return routeInputs{route: r, index: i, inputs: in, err: err}
+}
+
+// canonicalFields renders every manager input of one route's view, keyed by
+// config field name, so two views can be compared field by field.
+func canonicalFields(in admission.Inputs) [][2]string {
+	fs := admission.FormatSeconds
+	t := in.Timing
+	slo := "none"
+	if in.FailoverSLO != nil {
+		slo = fs(*in.FailoverSLO)
+	}
+	act := make([]string, len(in.Transports))
+	for i, a := range in.Transports {
+		act[i] = fmt.Sprintf("%s (activation %s, close %s)", a.Name, fs(a.Bound), fs(a.Close))
+	}
+	return [][2]string{
+		{"lease_ttl", fs(t.LeaseTTL)},
+		{"renew_interval", fs(t.RenewInterval)},
+		{"lease_renew_jitter", fs(t.RenewJitter)},
+		{"renew_call_timeout", fs(t.RenewCallTimeout)},
+		{"acquire_poll_interval", fs(t.AcquirePollInterval)},
+		{"max_renew_fails", strconv.Itoa(t.MaxRenewFails)},
+		{"step_down_grace", fs(t.StepDownGrace)},
+		{"broker_health_step_down", in.BrokerHealth.String()},
+		{"startup_allowance", fs(in.StartupAllowance)},
+		{"failover_slo", slo},
+		{"transport activation", strings.Join(act, " + ")},
+	}
+}
+
+// Sessions reduces the routes to one canonical set of manager inputs per
+// session, sorted by session name. Routes are compared in name order, so the
+// result never depends on the order they are written in: every field on
+// which two routes of a session disagree becomes a refusal naming the
+// session, the field, both routes and both values.
+func (c *Config) Sessions() []Session {
+	by := map[string][]routeInputs{}
+	for i, r := range c.Routes {
+		by[r.Session] = append(by[r.Session], c.routeInputs(i, r))
+	}
+	out := make([]Session, 0, len(by))
+	for _, name := range sortedKeys(by) {
+		views := by[name]
+		sort.Slice(views, func(i, j int) bool { return views[i].route.Name < views[j].route.Name })
+		s := Session{Name: name, Inputs: views[0].inputs}
+		for _, v := range views {
+			s.Routes = append(s.Routes, v.route.Name)
+		}
+		for _, v := range views {
+			if v.err != nil {
+				s.Refusals = append(s.Refusals, fmt.Sprintf("route %q (%s): %v", v.route.Name, c.where(v.index), v.err))
+			}
+		}
+		if len(s.Refusals) == 0 {
+			s.Refusals = c.divergences(name, views)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func (c *Config) where(routeIndex int) string {
+	return c.position(fmt.Sprintf("routes[%d]", routeIndex))
+}
+
+// position prints file:line of a key path.
+func (c *Config) position(path string) string {
+	fe := c.errAt(path, "")
+	return fmt.Sprintf("%s:%d", fe.File, fe.Line)
+}
+
+func (c *Config) divergences(session string, views []routeInputs) []string {
+	var out []string
+	reported := map[string]bool{}
+	base := canonicalFields(views[0].inputs)
+	for _, v := range views[1:] {
+		for i, f := range canonicalFields(v.inputs) {
+			if f[1] == base[i][1] {
+				continue
+			}
+			// Report each field once, against the first route by name.
+			key := f[0]
+			if reported[key] {
+				continue
+			}
+			reported[key] = true
+			out = append(out, fmt.Sprintf("session %q: routes disagree on %s: route %q (%s) gives %s, route %q (%s) gives %s; at run time the first route would win, so every route of a session must agree",
+				session, key, views[0].route.Name, c.where(views[0].index), base[i][1], v.route.Name, c.where(v.index), f[1]))
+		}
+	}
+	return out
+}
+
+// Admit evaluates every session of the configuration. It opens nothing.
+func (c *Config) Admit() []admission.Report {
+	sessions := c.Sessions()
+	out := make([]admission.Report, 0, len(sessions))
+	for _, s := range sessions {
+		var r admission.Report
+		if len(s.Refusals) > 0 {
+			r = admission.Report{Session: s.Name, Timing: s.Inputs.Timing, FailoverSLO: s.Inputs.FailoverSLO, Refusals: s.Refusals,
+				BrokerPathFailover: "undecided"}
+		} else {
+			r = admission.Evaluate(s.Inputs)
+		}
+		out = append(out, r)
+	}
+	return out
+}

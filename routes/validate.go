@@ -1,0 +1,399 @@
+package routes
+
+import (
+	"fmt"
+	"math"
+	"net/url"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/leasebridge/leasebridge/admission"
+)
+
+// errAt builds a FieldError at the position of path, or of its nearest
+// written parent when path itself was defaulted.
+func (c *Config) errAt(path, format string, args ...any) *FieldError {
+	fe := &FieldError{File: c.File, Path: path, Message: fmt.Sprintf(format, args...)}
+	for p := path; ; {
+		if at, ok := c.positions[p]; ok {
+			fe.Line, fe.Column = at.line, at.col
+			break
+		}
+		i := strings.LastIndexAny(p, ".[")
+		if i < 0 {
+			break
+		}
+		p = p[:i]
+	}
+	return fe
+}
+
+var (
+	byteOrders = []string{"ABCD", "DCBA", "BADC", "CDAB"}
+	registers  = []string{"holding", "input", "coil", "discrete"}
+	tagTypes   = []string{"bool", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float32", "float64", "string"}
+	// s7Address accepts TIA-style absolute addresses: DB1.DBX0.0, DB1.DBB2,
+	// DB1.DBW10, DB1.DBD4, DB1.DBS20 (string), and M/I/Q/E/A areas such as
+	// MW10, I0.1, QB4.
+	s7Address = regexp.MustCompile(`^(?i)(DB[0-9]+\.DB[XBWDS][0-9]+(\.[0-7])?|[MIQEA][BWD]?[0-9]+(\.[0-7])?)$`)
+	// opcuaNodeID accepts the string forms of OPC UA node ids.
+	opcuaNodeID = regexp.MustCompile(`^(ns=[0-9]+;)?[isgb]=.+$`)
+)
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+// validate checks every rule that does not need admission arithmetic.
+func (c *Config) validate() Errors {
+	var errs Errors
+	add := func(path, format string, args ...any) { errs = append(errs, c.errAt(path, format, args...)) }
+
+	switch c.DeploymentMode {
+	case "":
+		c.DeploymentMode = admission.Standalone
+	case admission.Standalone, admission.Clustered:
+	default:
+		add("deployment_mode", "unknown deployment_mode %q: want standalone or clustered", c.DeploymentMode)
+	}
+	if c.DeploymentMode == admission.Clustered && len(c.LeaseStore.Endpoints) == 0 {
+		add("lease_store.endpoints", "clustered mode needs the etcd endpoints every bridge shares; the embedded store serves a standalone node only")
+	}
+	for i, ep := range c.LeaseStore.Endpoints {
+		if u, err := url.Parse(ep); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			add(fmt.Sprintf("lease_store.endpoints[%d]", i), "endpoint %q: want http://host:port or https://host:port", ep)
+		}
+	}
+	if !strings.HasSuffix(c.LeaseStore.KeyPrefix, "/") {
+		add("lease_store.key_prefix", "key_prefix %q must end with / so one session's key is never a prefix of another's", c.LeaseStore.KeyPrefix)
+	}
+	errs = append(errs, c.checkCreds("lease_store", c.LeaseStore.Credentials, c.LeaseStore.TLS)...)
+	errs = append(errs, c.checkManager("manager", &c.Manager)...)
+
+	for _, name := range sortedKeys(c.Brokers) {
+		errs = append(errs, c.checkBroker("brokers."+name, c.Brokers[name])...)
+	}
+	for _, name := range sortedKeys(c.Devices) {
+		errs = append(errs, c.checkDevice("devices."+name, c.Devices[name])...)
+	}
+	if len(c.Routes) == 0 {
+		add("routes", "no routes: a configuration needs at least one route")
+	}
+	names := map[string]int{}
+	for i, r := range c.Routes {
+		p := fmt.Sprintf("routes[%d]", i)
+		if r == nil {
+			add(p, "empty route")
+			continue
+		}
+		if r.Name == "" {
+			add(p, "route has no name: every route needs a unique name (errors and divergence reports cite it)")
+		} else if first, dup := names[r.Name]; dup {
+			add(p+".name", "duplicate route name %q (first in routes[%d])", r.Name, first)
+		} else {
+			names[r.Name] = i
+		}
+		errs = append(errs, c.checkRoute(p, r)...)
+	}
+	return errs
+}
+
+func (c *Config) checkCreds(path string, cr Credentials, tls *TLS) Errors {
+	var errs Errors
+	if cr.PasswordFile != "" && cr.PasswordEnv != "" {
+		errs = append(errs, c.errAt(path+".password_env", "set password_file or password_env, not both"))
+	}
+	if (cr.PasswordFile != "" || cr.PasswordEnv != "") && cr.Username == "" {
+		errs = append(errs, c.errAt(path+".username", "a password is configured but no username"))
+	}
+	if tls != nil && (tls.CertFile == "") != (tls.KeyFile == "") {
+		errs = append(errs, c.errAt(path+".tls", "cert_file and key_file go together: set both or neither"))
+	}
+	return errs
+}
+
+func (c *Config) checkManager(path string, m *Manager) Errors {
+	var errs Errors
+	if m.MaxRenewFails != nil && *m.MaxRenewFails < 1 {
+		errs = append(errs, c.errAt(path+".max_renew_fails", "max_renew_fails = %d: must be >= 1", *m.MaxRenewFails))
+	}
+	for key, d := range map[string]*Duration{
+		"lease_ttl": m.LeaseTTL, "renew_interval": m.RenewInterval, "renew_call_timeout": m.RenewCallTimeout,
+		"acquire_poll_interval": m.AcquirePollInterval, "failover_slo": m.FailoverSLO,
+	} {
+		if d != nil && *d == 0 {
+			errs = append(errs, c.errAt(path+"."+key, "%s = 0s: must be > 0", key))
+		}
+	}
+	return errs
+}
+
+func (c *Config) checkBroker(path string, b *Broker) Errors {
+	var errs Errors
+	add := func(p, format string, args ...any) { errs = append(errs, c.errAt(p, format, args...)) }
+	if b == nil {
+		add(path, "empty broker")
+		return errs
+	}
+	u, err := url.Parse(b.URL)
+	switch {
+	case b.URL == "":
+		add(path+".url", "url is required, such as tcp://127.0.0.1:1883")
+	case err != nil || u.Host == "" || u.Port() == "":
+		add(path+".url", "url %q: want scheme://host:port", b.URL)
+	case !slices.Contains([]string{"tcp", "mqtt", "ssl", "tls", "mqtts", "ws", "wss"}, u.Scheme):
+		add(path+".url", "url %q: scheme %q unsupported: want tcp, mqtt, ssl, tls, mqtts, ws or wss", b.URL, u.Scheme)
+	}
+	switch b.ProtocolVersion {
+	case 3, 4:
+	case 5:
+		add(path+".protocol_version", "protocol_version 5: the paho.mqtt.golang client speaks MQTT 3.1 (3) and 3.1.1 (4) only; the session epoch travels in the payload instead of an MQTT 5 user property")
+	default:
+		add(path+".protocol_version", "protocol_version %d: want 3 (MQTT 3.1) or 4 (MQTT 3.1.1)", b.ProtocolVersion)
+	}
+	if _, err := admission.MQTTActivationBound(b.ConnectTimeout.D(), b.ReconcileTimeout.D(), b.UnmatchedGrace.D()); err != nil {
+		add(path, "activation bound 3*connect_timeout + 3*reconcile_timeout + 2*unmatched_grace: %v", err)
+	}
+	if b.KeepAlive.D() < 0 || b.KeepAlive.D()%1e9 != 0 {
+		add(path+".keepalive", "keepalive %s: MQTT counts it in whole seconds", admission.FormatSeconds(b.KeepAlive.D()))
+	}
+	errs = append(errs, c.checkCreds(path, b.Credentials, b.TLS)...)
+	return errs
+}
+
+func (c *Config) checkDevice(path string, d *Device) Errors {
+	var errs Errors
+	add := func(p, format string, args ...any) { errs = append(errs, c.errAt(p, format, args...)) }
+	if d == nil {
+		add(path, "empty device")
+		return errs
+	}
+	if d.Address == "" {
+		add(path+".address", "address is required")
+	}
+	if d.ConnectTimeout.D() > math.MaxInt64-d.RequestTimeout.D() {
+		add(path, "activation bound connect_timeout + request_timeout overflows")
+	}
+	modbus := d.Kind == KindModbusTCP || d.Kind == KindModbusRTU
+	switch d.Kind {
+	case KindModbusTCP, KindS7:
+		if d.Address != "" && !strings.Contains(d.Address, ":") {
+			add(path+".address", "address %q: want host:port", d.Address)
+		}
+	case KindModbusRTU:
+		if !slices.Contains([]string{"N", "E", "O"}, d.Serial.Parity) {
+			add(path+".serial.parity", "parity %q: want N, E or O", d.Serial.Parity)
+		}
+	case KindOPCUA:
+		if d.Address != "" && !strings.HasPrefix(d.Address, "opc.tcp://") {
+			add(path+".address", "address %q: want an endpoint such as opc.tcp://host:4840", d.Address)
+		}
+		if !slices.Contains([]string{"None", "Basic256Sha256"}, d.SecurityPolicy) {
+			add(path+".security_policy", "security_policy %q: want None or Basic256Sha256", d.SecurityPolicy)
+		}
+		if !slices.Contains([]string{"None", "Sign", "SignAndEncrypt"}, d.SecurityMode) {
+			add(path+".security_mode", "security_mode %q: want None, Sign or SignAndEncrypt", d.SecurityMode)
+		}
+		if (d.SecurityPolicy == "None") != (d.SecurityMode == "None") {
+			add(path+".security_mode", "security_policy %s with security_mode %s: None goes with None", d.SecurityPolicy, d.SecurityMode)
+		}
+	default:
+		add(path+".kind", "unknown device kind %q: want modbus_tcp, modbus_rtu, s7 or opcua", d.Kind)
+		return errs
+	}
+	if modbus {
+		if u := *d.UnitID; u < 0 || u > 255 {
+			add(path+".unit_id", "unit_id %d: want 0..255", u)
+		}
+		if !slices.Contains(byteOrders, d.ByteOrder) {
+			add(path+".byte_order", "byte_order %q: want ABCD, DCBA, BADC or CDAB", d.ByteOrder)
+		}
+	}
+	errs = append(errs, c.checkCreds(path, d.Credentials, nil)...)
+	groups, tags := map[string]bool{}, map[string]string{}
+	for i, g := range d.Groups {
+		gp := fmt.Sprintf("%s.groups[%d]", path, i)
+		if g == nil {
+			add(gp, "empty group")
+			continue
+		}
+		if g.Name == "" {
+			add(gp, "group has no name")
+		} else if groups[g.Name] {
+			add(gp+".name", "duplicate group name %q", g.Name)
+		}
+		groups[g.Name] = true
+		if g.Interval.D() <= 0 {
+			add(gp+".interval", "interval must be > 0")
+		}
+		switch {
+		case g.Mode == "subscribe" && d.Kind != KindOPCUA:
+			add(gp+".mode", "mode subscribe is for opcua devices; %s devices are polled", d.Kind)
+		case g.Mode != "poll" && g.Mode != "subscribe":
+			add(gp+".mode", "mode %q: want poll or subscribe", g.Mode)
+		}
+		for j, t := range g.Tags {
+			tp := fmt.Sprintf("%s.tags[%d]", gp, j)
+			if t == nil {
+				add(tp, "empty tag")
+				continue
+			}
+			if t.Name == "" {
+				add(tp, "tag has no name")
+			} else if first, dup := tags[t.Name]; dup {
+				add(tp+".name", "duplicate tag name %q on this device (first at %s)", t.Name, first)
+			} else {
+				tags[t.Name] = tp
+			}
+			errs = append(errs, c.checkTag(tp, d, t)...)
+		}
+	}
+	return errs
+}
+
+func (c *Config) checkTag(path string, d *Device, t *Tag) Errors {
+	var errs Errors
+	add := func(p, format string, args ...any) { errs = append(errs, c.errAt(p, format, args...)) }
+	if t.Address == "" {
+		add(path+".address", "address is required")
+	}
+	if t.Type == "" {
+		add(path+".type", "type is required: one of %s", strings.Join(tagTypes, ", "))
+	} else if !slices.Contains(tagTypes, t.Type) {
+		add(path+".type", "type %q: want one of %s", t.Type, strings.Join(tagTypes, ", "))
+	}
+	if t.Type == "string" && t.Length <= 0 {
+		add(path+".length", "a string tag needs length > 0 (registers for Modbus, bytes for S7)")
+	}
+	if t.Scale != nil && *t.Scale == 0 {
+		add(path+".scale", "scale 0 would erase every value")
+	}
+	if t.Deadband < 0 {
+		add(path+".deadband", "deadband must be >= 0")
+	}
+	switch d.Kind {
+	case KindModbusTCP, KindModbusRTU:
+		if n, err := strconv.ParseUint(t.Address, 10, 16); t.Address != "" && (err != nil || n > 65535) {
+			add(path+".address", "address %q: want a register number 0..65535", t.Address)
+		}
+		if !slices.Contains(registers, t.Register) {
+			add(path+".register", "register %q: want holding, input, coil or discrete", t.Register)
+		}
+		bitReg := t.Register == "coil" || t.Register == "discrete"
+		if bitReg && t.Type != "bool" {
+			add(path+".type", "a %s register holds one bit: type must be bool", t.Register)
+		}
+		if t.Type == "bool" && !bitReg && t.Bit == nil {
+			add(path+".bit", "a bool in a %s register needs bit (0..15)", t.Register)
+		}
+		if t.Bit != nil && (*t.Bit < 0 || *t.Bit > 15) {
+			add(path+".bit", "bit %d: want 0..15", *t.Bit)
+		}
+		if t.ByteOrder != "" && !slices.Contains(byteOrders, t.ByteOrder) {
+			add(path+".byte_order", "byte_order %q: want ABCD, DCBA, BADC or CDAB", t.ByteOrder)
+		}
+		if t.Writable && (t.Register == "input" || t.Register == "discrete") {
+			add(path+".writable", "%s registers are read-only in Modbus", t.Register)
+		}
+	case KindS7:
+		if t.Address != "" && !s7Address.MatchString(t.Address) {
+			add(path+".address", "address %q: want a TIA address such as DB1.DBX0.0, DB1.DBB2, DB1.DBW10, DB1.DBD4, MW10 or I0.1", t.Address)
+		}
+		if t.Register != "" {
+			add(path+".register", "register is a Modbus key; S7 addresses carry their area")
+		}
+	case KindOPCUA:
+		if t.Address != "" && !opcuaNodeID.MatchString(t.Address) {
+			add(path+".address", "address %q: want a node id such as ns=2;s=Temperature or i=2258", t.Address)
+		}
+		if t.Register != "" {
+			add(path+".register", "register is a Modbus key; OPC UA tags are node ids")
+		}
+	}
+	return errs
+}
+
+func (c *Config) checkRoute(path string, r *Route) Errors {
+	var errs Errors
+	add := func(p, format string, args ...any) { errs = append(errs, c.errAt(p, format, args...)) }
+	if r.Session == "" {
+		add(path, "session is required: it names the lease this route runs under")
+	} else if strings.ContainsAny(r.Session, "/ \t\n") {
+		add(path+".session", "session %q: no slashes or spaces (it is an etcd key segment)", r.Session)
+	}
+	if r.QoS < 0 || r.QoS > 2 {
+		add(path+".qos", "qos %d: want 0, 1 or 2", r.QoS)
+	}
+	if r.Broker == "" {
+		add(path, "broker is required: the (local) MQTT broker of this route")
+	} else if c.Brokers[r.Broker] == nil {
+		add(path+".broker", "unknown broker %q (defined: %s)", r.Broker, strings.Join(sortedKeys(c.Brokers), ", "))
+	}
+	errs = append(errs, c.checkManager(path+".manager", &r.Manager)...)
+	switch r.Kind {
+	case RoutePoll, RouteWrite:
+		dev := c.Devices[r.Device]
+		if r.Device == "" {
+			add(path, "device is required for a %s route", r.Kind)
+		} else if dev == nil {
+			add(path+".device", "unknown device %q (defined: %s)", r.Device, strings.Join(sortedKeys(c.Devices), ", "))
+		}
+		if r.Kind == RoutePoll {
+			if r.Publish != "on_change" && r.Publish != "every_poll" {
+				add(path+".publish", "publish %q: want on_change or every_poll", r.Publish)
+			}
+			for i, g := range r.Groups {
+				if dev != nil && !slices.ContainsFunc(dev.Groups, func(pg *PollGroup) bool { return pg != nil && pg.Name == g }) {
+					add(fmt.Sprintf("%s.groups[%d]", path, i), "device %q has no group %q", r.Device, g)
+				}
+			}
+		} else {
+			if r.RequestTopic == "" {
+				add(path, "request_topic is required for a write route")
+			}
+			if r.ReplyTopic == "" {
+				add(path, "reply_topic is required for a write route")
+			}
+		}
+	case RouteBridge:
+		if r.Remote == "" {
+			add(path, "remote is required for a bridge route: the remote broker")
+		} else if c.Brokers[r.Remote] == nil {
+			add(path+".remote", "unknown broker %q (defined: %s)", r.Remote, strings.Join(sortedKeys(c.Brokers), ", "))
+		} else if r.Remote == r.Broker {
+			add(path+".remote", "remote and broker are both %q: a bridge joins two brokers", r.Remote)
+		}
+		if len(r.Topics) == 0 {
+			add(path, "topics is required for a bridge route")
+		}
+		for i, m := range r.Topics {
+			mp := fmt.Sprintf("%s.topics[%d]", path, i)
+			if m == nil {
+				add(mp, "empty topic mapping")
+				continue
+			}
+			if m.From == "" {
+				add(mp, "from is required")
+			}
+			if m.Direction != "in" && m.Direction != "out" {
+				add(mp+".direction", "direction %q: want in (remote to local) or out", m.Direction)
+			}
+			if m.QoS < 0 || m.QoS > 2 {
+				add(mp+".qos", "qos %d: want 0, 1 or 2", m.QoS)
+			}
+		}
+	case "":
+		add(path, "kind is required: poll, write or bridge")
+	default:
+		add(path+".kind", "unknown route kind %q: want poll, write or bridge", r.Kind)
+	}
+	return errs
+}

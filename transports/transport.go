@@ -1,0 +1,126 @@
+// Package transports defines the contract every exclusive connection of a
+// session fulfils (MQTT broker paths and device protocols) and the registry
+// through which each transport package makes itself available.
+//
+// A transport is opened only by the owner of the session's lease, under the
+// owner context the lease manager cancels at the self-fence deadline, and
+// with a deadline equal to the activation bound the transport disclosed to
+// admission. Transports never import the lease package.
+package transports
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Transport is one connection a session opens while it owns its lease.
+type Transport interface {
+	// Name identifies the transport in logs and metrics, e.g. "mqtt:local".
+	Name() string
+	// ActivationBound is the longest Open may take; admission adds it to
+	// the session's activation term.
+	ActivationBound() time.Duration
+	// CloseBound is the longest Close may take; admission subtracts it from
+	// the self-fence deadline.
+	CloseBound() time.Duration
+	// Open connects and activates the transport. ctx is the owner context
+	// with a deadline no later than ActivationBound from now; when ctx ends
+	// every connection opened under it is closed.
+	Open(ctx context.Context) error
+	// Close releases every connection within CloseBound. It is safe after a
+	// failed Open and when called twice.
+	Close(ctx context.Context) error
+	// State reports whether the transport is converged (connected and fully
+	// set up) and since when.
+	State() State
+}
+
+// State is a transport's convergence and the instant it last changed.
+type State struct {
+	Converged bool
+	Since     time.Time
+	// Err is the reason the transport is not converged, if known.
+	Err error
+}
+
+// Quality tells whether a value was read successfully.
+type Quality string
+
+// Qualities of a value.
+const (
+	Good Quality = "good"
+	Bad  Quality = "bad"
+)
+
+// Value is one tag's reading (or its failure) at an instant.
+type Value struct {
+	Tag       string
+	Value     any
+	Quality   Quality
+	Err       error
+	Timestamp time.Time
+}
+
+// Poller is a device transport that reads a named poll group.
+type Poller interface {
+	Transport
+	// Poll reads every tag of the group; a tag that fails carries Bad
+	// quality and its error, the call fails only if the device is gone.
+	Poll(ctx context.Context, group string) ([]Value, error)
+}
+
+// Writer is a device transport that writes one tag.
+type Writer interface {
+	Transport
+	Write(ctx context.Context, tag string, value any) error
+}
+
+// Factory builds a transport from its configuration. cfg is the
+// configuration type the registering package documents.
+type Factory func(name string, cfg any) (Transport, error)
+
+// ErrUnknownKind reports a kind no transport package registered.
+var ErrUnknownKind = errors.New("transports: unknown kind")
+
+var (
+	mu       sync.RWMutex
+	registry = map[string]Factory{}
+)
+
+// Register makes a transport kind available; transport packages call it
+// from init. Registering a kind twice panics: it is a programming error.
+func Register(kind string, f Factory) {
+	mu.Lock()
+	defer mu.Unlock()
+	if _, dup := registry[kind]; dup {
+		panic(fmt.Sprintf("transports: kind %q registered twice", kind))
+	}
+	registry[kind] = f
+}
+
+// New builds a transport of a registered kind.
+func New(kind, name string, cfg any) (Transport, error) {
+	mu.RLock()
+	f, ok := registry[kind]
+	mu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("%w %q (registered: %v)", ErrUnknownKind, kind, Kinds())
+	}
+	return f(name, cfg)
+}
+
+// Kinds lists the registered kinds in order.
+func Kinds() []string {
+	mu.RLock()
+	defer mu.RUnlock()
+	ks := make([]string, 0, len(registry))
+	for k := range registry {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
