@@ -1,0 +1,185 @@
+package modbus
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/leasebridge/leasebridge/routes"
+)
+
+// table is one of the four Modbus data tables.
+type table string
+
+const (
+	holding  table = "holding"
+	input    table = "input"
+	coil     table = "coil"
+	discrete table = "discrete"
+)
+
+// isBits reports whether the table holds single bits rather than registers.
+func (t table) isBits() bool { return t == coil || t == discrete }
+
+// Request size limits of the Modbus specification.
+const (
+	maxReadRegisters  = 125
+	maxReadBits       = 2000
+	maxWriteRegisters = 123
+	maxStringLength   = 2 * maxWriteRegisters
+)
+
+// tag is a parsed routes.Tag.
+type tag struct {
+	name     string
+	address  string // as configured, for error messages
+	table    table
+	start    uint16 // first register or bit
+	count    int    // registers or bits
+	typ      dataType
+	order    ByteOrder
+	bit      int // bit in a register for bool register tags, else -1
+	length   int // bytes of a string
+	scale    *float64
+	offset   float64
+	writable bool
+}
+
+// parseTag validates one tag against the device's defaults. Errors name the
+// tag and the offending field and say what is expected.
+func parseTag(tg *routes.Tag, devOrder ByteOrder) (*tag, error) {
+	t := &tag{name: tg.Name, address: tg.Address, bit: -1, scale: tg.Scale, offset: tg.Offset, writable: tg.Writable, length: tg.Length}
+	if tg.Name == "" {
+		return nil, fmt.Errorf("%w: a tag at address %q has no name", ErrConfig, tg.Address)
+	}
+	switch tb := table(strings.ToLower(strings.TrimSpace(tg.Register))); tb {
+	case "":
+		t.table = holding
+	case holding, input, coil, discrete:
+		t.table = tb
+	default:
+		return nil, fmt.Errorf("%w: tag %q: register %q: want holding, input, coil or discrete", ErrConfig, tg.Name, tg.Register)
+	}
+	start, err := parseAddress(tg.Address)
+	if err != nil {
+		return nil, fmt.Errorf("%w: tag %q: address %q: want a 0-based register or bit number 0..65535 such as \"100\" or \"0x64\"", ErrAddress, tg.Name, tg.Address)
+	}
+	t.start = start
+	t.order = devOrder
+	if tg.ByteOrder != "" {
+		o, ok := parseOrder(tg.ByteOrder)
+		if !ok {
+			return nil, fmt.Errorf("%w: tag %q: byte_order %q: want ABCD, DCBA, BADC or CDAB", ErrConfig, tg.Name, tg.ByteOrder)
+		}
+		t.order = o
+	}
+	typ := dataType(strings.ToLower(strings.TrimSpace(tg.Type)))
+	if typ == "" {
+		typ = typeUint16
+		if t.table.isBits() || tg.Bit != nil {
+			typ = typeBool
+		}
+	}
+	t.typ = typ
+	if t.table.isBits() {
+		if typ != typeBool {
+			return nil, fmt.Errorf("%w: tag %q: type %q: a %s holds single bits, want bool", ErrConfig, tg.Name, tg.Type, t.table)
+		}
+		if tg.Bit != nil {
+			return nil, fmt.Errorf("%w: tag %q: bit applies to holding and input registers, not to a %s", ErrConfig, tg.Name, t.table)
+		}
+		t.count = 1
+	} else {
+		switch typ {
+		case typeBool:
+			if tg.Bit == nil || *tg.Bit < 0 || *tg.Bit > 15 {
+				return nil, fmt.Errorf("%w: tag %q: a bool in a %s register needs bit 0..15", ErrConfig, tg.Name, t.table)
+			}
+			t.bit = *tg.Bit
+		case typeInt16, typeUint16, typeInt32, typeUint32, typeInt64, typeUint64, typeFloat32, typeFloat64:
+		case typeString:
+			if tg.Length < 1 || tg.Length > maxStringLength {
+				return nil, fmt.Errorf("%w: tag %q: a string needs length 1..%d (bytes)", ErrConfig, tg.Name, maxStringLength)
+			}
+		default:
+			return nil, fmt.Errorf("%w: tag %q: type %q: want bool, int16, uint16, int32, uint32, int64, uint64, float32, float64 or string", ErrConfig, tg.Name, tg.Type)
+		}
+		if tg.Bit != nil && typ != typeBool {
+			return nil, fmt.Errorf("%w: tag %q: bit needs type bool, not %q", ErrConfig, tg.Name, typ)
+		}
+		t.count = typ.registers(tg.Length)
+	}
+	if (t.scale != nil || t.offset != 0) && (typ == typeBool || typ == typeString) {
+		return nil, fmt.Errorf("%w: tag %q: scale and offset apply to numbers, not to %s", ErrConfig, tg.Name, typ)
+	}
+	if t.scale != nil && *t.scale == 0 {
+		return nil, fmt.Errorf("%w: tag %q: scale 0 would make every value the offset and writes impossible", ErrConfig, tg.Name)
+	}
+	if int(t.start)+t.count > 65536 {
+		return nil, fmt.Errorf("%w: tag %q: address %q: %d registers from %d run past 65535", ErrAddress, tg.Name, tg.Address, t.count, t.start)
+	}
+	if t.writable && t.table != holding && t.table != coil {
+		return nil, fmt.Errorf("%w: tag %q: a %s is read-only in Modbus; only holding registers and coils are writable", ErrConfig, tg.Name, t.table)
+	}
+	return t, nil
+}
+
+// parseAddress reads a decimal or 0x-prefixed hexadecimal protocol address.
+// Leading zeros stay decimal: "0100" is register 100, not octal 64.
+func parseAddress(s string) (uint16, error) {
+	s = strings.TrimSpace(s)
+	base := 10
+	if strings.HasPrefix(s, "0x") || strings.HasPrefix(s, "0X") {
+		s, base = s[2:], 16
+	}
+	v, err := strconv.ParseUint(s, base, 16)
+	return uint16(v), err
+}
+
+// request is one read covering one or more tags of one table.
+type request struct {
+	table table
+	start uint16
+	count int
+	tags  []int // indexes into the group's tags
+}
+
+// plan joins a group's tags into as few reads as the limits allow. Only
+// adjacent or overlapping tags are joined: a gap could cover addresses the
+// device does not map, and one exception would then fail every tag.
+func plan(tags []*tag, merge bool) []request {
+	idx := make([]int, len(tags))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool {
+		ta, tb := tags[idx[a]], tags[idx[b]]
+		if ta.table != tb.table {
+			return ta.table < tb.table
+		}
+		return ta.start < tb.start
+	})
+	var reqs []request
+	for _, i := range idx {
+		t := tags[i]
+		if merge && len(reqs) > 0 {
+			r := &reqs[len(reqs)-1]
+			limit := maxReadRegisters
+			if t.table.isBits() {
+				limit = maxReadBits
+			}
+			end := int(r.start) + r.count
+			if r.table == t.table && int(t.start) <= end {
+				newEnd := max(end, int(t.start)+t.count)
+				if newEnd-int(r.start) <= limit {
+					r.count = newEnd - int(r.start)
+					r.tags = append(r.tags, i)
+					continue
+				}
+			}
+		}
+		reqs = append(reqs, request{table: t.table, start: t.start, count: t.count, tags: []int{i}})
+	}
+	return reqs
+}
