@@ -147,6 +147,8 @@ func join(path, key string) string {
 }
 
 func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
+	// A recursive alias cannot loop here: each step descends one level of
+	// the finite Config type, which ends in scalars.
 	for n.Kind == yaml.AliasNode {
 		n = n.Alias
 	}

@@ -15,13 +15,15 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/leasebridge/leasebridge/internal/report"
 )
 
-// Exit statuses.
+// Exit statuses, shared with the generated docs.
 const (
-	exitOK      = 0
-	exitRefused = 1
-	exitInvalid = 2
+	exitOK      = report.ExitAdmitted
+	exitRefused = report.ExitRefused
+	exitInvalid = report.ExitInvalid
 )
 
 func main() {

@@ -15,6 +15,13 @@ import (
 	"github.com/leasebridge/leasebridge/routes"
 )
 
+// Exit statuses of `leasebridge admit`.
+const (
+	ExitAdmitted = 0 // every session admitted
+	ExitRefused  = 1 // a session was refused
+	ExitInvalid  = 2 // the configuration or the command line is invalid
+)
+
 // Admission is the JSON document `leasebridge admit --json` prints; its
 // fields are documented in docs/admit-json.md.
 type Admission struct {

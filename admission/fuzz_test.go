@@ -1,0 +1,45 @@
+package admission_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasebridge/leasebridge/admission"
+	"github.com/leasebridge/leasebridge/admission/admissiontest"
+)
+
+// FuzzEvaluate feeds arbitrary int64 inputs: Evaluate never panics, an
+// admitted session's budgets equal the arbitrary-precision reference, and a
+// budget that does not fit in int64 is always refused as an overflow.
+func FuzzEvaluate(f *testing.F) {
+	f.Add(int64(45e9), int64(10e9), int64(1e9), int64(3e9), int64(5e9), int64(5e9), int64(240e9), int64(0), int64(60e9))
+	f.Add(int64(1<<62), int64(1), int64(0), int64(1<<61), int64(1), int64(1<<62), int64(1<<62), int64(1<<62), int64(1<<62))
+	f.Fuzz(func(t *testing.T, l, r, j, c, p, g, a, s, b int64) {
+		tm := admission.Timing{LeaseTTL: time.Duration(l), RenewInterval: time.Duration(r), RenewJitter: time.Duration(j),
+			RenewCallTimeout: time.Duration(c), AcquirePollInterval: time.Duration(p), StepDownGrace: time.Duration(g), MaxRenewFails: 3}
+		rep := admission.Evaluate(admission.Inputs{Session: "f", Timing: tm, StartupAllowance: time.Duration(s),
+			BrokerHealth: admission.BrokerHealth{Mode: admission.BrokerHealthOn, Threshold: time.Duration(b)},
+			Transports:   []admission.Activation{{Name: "x", Bound: time.Duration(a)}}})
+		if l <= 0 || r <= 0 || c <= 0 || p <= 0 || j < 0 || g < 0 || s < 0 || b <= 0 || a < 0 {
+			if rep.Admitted() {
+				t.Fatalf("out-of-range inputs admitted: %+v", tm)
+			}
+			return
+		}
+		ref := admissiontest.Timing{L: l, R: r, J: j, C: c, P: p, G: g, A: a, S: s, B: b}
+		od, bp := admissiontest.OwnerDeath(ref), admissiontest.BrokerPath(ref)
+		overflow := strings.Contains(strings.Join(rep.Refusals, "\n"), "overflows")
+		if !admissiontest.Fits(od) || !admissiontest.Fits(bp) {
+			if rep.Admitted() || !overflow {
+				t.Fatalf("budget beyond int64 (owner %s, broker %s) not refused as overflow: %q", od, bp, rep.Refusals)
+			}
+			return
+		}
+		if rep.Admitted() {
+			if int64(rep.OwnerDeath.Total) != od.Int64() || int64(rep.BrokerPath.Total) != bp.Int64() {
+				t.Fatalf("budgets %d/%d, reference %s/%s", rep.OwnerDeath.Total, rep.BrokerPath.Total, od, bp)
+			}
+		}
+	})
+}

@@ -1,0 +1,223 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasebridge/leasebridge/admission/admissiontest"
+	"github.com/leasebridge/leasebridge/internal/report"
+)
+
+func runCmd(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func writeConfig(t *testing.T, y string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "cfg.yaml")
+	if err := os.WriteFile(p, []byte(y), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func decodeAdmission(t *testing.T, s string) report.Admission {
+	t.Helper()
+	var a report.Admission
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&a); err != nil {
+		t.Fatalf("admit --json printed invalid JSON: %v\n%s", err, s)
+	}
+	return a
+}
+
+// Every shipped example is admitted, in text and in JSON.
+func TestAdmitEveryExample(t *testing.T) {
+	files, err := filepath.Glob("../../examples/*.yaml")
+	if err != nil || len(files) < 2 {
+		t.Fatalf("examples: %v %v", files, err)
+	}
+	for _, f := range files {
+		if code, out, errs := runCmd(t, "admit", "-c", f); code != exitOK || !strings.Contains(out, "session(s) admitted") {
+			t.Errorf("admit %s: exit %d\n%s%s", f, code, out, errs)
+		}
+		code, out, _ := runCmd(t, "admit", "-c", f, "--json")
+		a := decodeAdmission(t, out)
+		if code != exitOK || !a.Admitted || len(a.Sessions) == 0 || len(a.Errors) != 0 {
+			t.Errorf("admit --json %s: exit %d %+v", f, code, a)
+		}
+		for _, s := range a.Sessions {
+			if s.OwnerDeathNS == nil || s.Terms["owner_death"]["lease_ttl"] != int64(s.Timing.LeaseTTL) || s.BrokerPathFailover == "undecided" {
+				t.Errorf("%s session %s: %+v", f, s.Session, s)
+			}
+		}
+	}
+}
+
+func TestAdmitExitStatuses(t *testing.T) {
+	refused := writeConfig(t, `deployment_mode: clustered
+lease_store: {endpoints: ["http://127.0.0.1:2379"]}
+manager: {failover_slo: 5m}
+brokers: {local: {url: "tcp://127.0.0.1:1883"}}
+routes:
+  - {name: bridge, session: up, kind: bridge, broker: local, remote: far, topics: [{from: "a/#"}]}
+brokers_typo: 1
+`)
+	code, _, errs := runCmd(t, "admit", "-c", refused)
+	if code != exitInvalid || !strings.Contains(errs, `cfg.yaml:7:1: brokers_typo: unknown key "brokers_typo"`) {
+		t.Errorf("invalid config: exit %d, stderr:\n%s", code, errs)
+	}
+	code, out, _ := runCmd(t, "admit", "-c", refused, "--json")
+	a := decodeAdmission(t, out)
+	if code != exitInvalid || a.Admitted || len(a.Errors) != 1 || a.Errors[0].Line != 7 || a.Errors[0].Path != "brokers_typo" {
+		t.Errorf("invalid --json: exit %d %+v", code, a)
+	}
+
+	cfg := writeConfig(t, `deployment_mode: clustered
+lease_store: {endpoints: ["http://127.0.0.1:2379"]}
+manager: {failover_slo: 5m}
+brokers: {local: {url: "tcp://127.0.0.1:1883"}}
+routes:
+  - {name: pub, session: s, kind: poll, device: d, broker: local}
+devices:
+  d: {kind: modbus_tcp, address: "127.0.0.1:502"}
+`)
+	code, out, _ = runCmd(t, "admit", "-c", cfg)
+	if code != exitRefused || !strings.Contains(out, "refused: failover_slo = 300s is declared but broker_health_step_down is omitted") ||
+		!strings.Contains(out, "refused: owner-death budget 343.5s exceeds failover_slo 300s by 43.5s (largest terms: activation 247s = 71.9%") {
+		t.Errorf("refused: exit %d\n%s", code, out)
+	}
+	code, out, _ = runCmd(t, "admit", "-c", cfg, "--json")
+	a = decodeAdmission(t, out)
+	s := a.Sessions[0]
+	if code != exitRefused || a.Admitted || s.Admitted || s.BrokerPathNS != nil || s.BrokerPathFailover != "undecided" ||
+		*s.FailoverSLONS != int64(5*time.Minute) || *s.OwnerDeathNS != int64(343500*time.Millisecond) || len(s.Refusals) != 2 {
+		t.Errorf("refused --json: exit %d %+v", code, s)
+	}
+
+	if code, _, errs := runCmd(t, "admit", "-c", filepath.Join(t.TempDir(), "missing.yaml")); code != exitInvalid || !strings.Contains(errs, "missing.yaml") {
+		t.Errorf("missing file: exit %d %s", code, errs)
+	}
+	if code, _, _ := runCmd(t, "admit"); code != exitInvalid {
+		t.Errorf("admit without -c: exit %d", code)
+	}
+	if code, _, _ := runCmd(t, "admit", "-c", cfg, "extra"); code != exitInvalid {
+		t.Errorf("stray argument: exit %d", code)
+	}
+}
+
+// admit --json agrees to the nanosecond with the formulas of DESIGN.md,
+// evaluated independently in arbitrary precision, on random explicit
+// configurations.
+func TestAdmitJSONAgreesWithFormulas(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	ms := func(lo, hi int) time.Duration { return time.Duration(lo+rng.IntN(hi-lo+1)) * time.Millisecond }
+	for trial := 0; trial < 200; trial++ {
+		l, r, j, c := ms(2000, 600000), ms(1, 60000), ms(0, 20000), ms(1, 10000)
+		p, g, s, b := ms(1, 30000), ms(0, 30000), ms(0, 60000), ms(1, 600000)
+		ct, rt, ug := ms(1, 60000), ms(1, 60000), ms(0, 60000)
+		dc, dr := ms(1, 10000), ms(1, 10000)
+		y := fmt.Sprintf(`deployment_mode: clustered
+lease_store: {endpoints: ["http://127.0.0.1:2379"]}
+manager:
+  lease_ttl: %s
+  renew_interval: %s
+  lease_renew_jitter: %s
+  renew_call_timeout: %s
+  acquire_poll_interval: %s
+  step_down_grace: %s
+  startup_allowance: %s
+  broker_health_step_down: %s
+brokers: {local: {url: "tcp://127.0.0.1:1883", connect_timeout: %s, reconcile_timeout: %s, unmatched_grace: %s}}
+devices: {d: {kind: modbus_tcp, address: "127.0.0.1:502", connect_timeout: %s, request_timeout: %s}}
+routes: [{name: pub, session: s, kind: poll, device: d, broker: local}]
+`, l, r, j, c, p, g, s, b, ct, rt, ug, dc, dr)
+		_, out, errs := runCmd(t, "admit", "-c", writeConfig(t, y), "--json")
+		a := decodeAdmission(t, out)
+		if len(a.Sessions) != 1 {
+			t.Fatalf("trial %d: %s %s", trial, out, errs)
+		}
+		got := a.Sessions[0]
+		ref := admissiontest.Timing{L: int64(l), R: int64(r), J: int64(j), C: int64(c), P: int64(p), G: int64(g), S: int64(s), B: int64(b),
+			A: int64(3*ct + 3*rt + 2*ug + dc + dr)}
+		if got.ActivationNS != ref.A {
+			t.Fatalf("trial %d: activation %d, want %d", trial, got.ActivationNS, ref.A)
+		}
+		if got.OwnerDeathNS == nil {
+			// Only the safety rules may keep a budget from being computed.
+			if len(got.Refusals) == 0 {
+				t.Fatalf("trial %d: no budget and no refusal", trial)
+			}
+			continue
+		}
+		if want := admissiontest.OwnerDeath(ref).Int64(); *got.OwnerDeathNS != want {
+			t.Fatalf("trial %d: owner_death_ns %d, formula %d\n%s", trial, *got.OwnerDeathNS, want, y)
+		}
+		if want := admissiontest.BrokerPath(ref).Int64(); got.BrokerPathNS == nil || *got.BrokerPathNS != want {
+			t.Fatalf("trial %d: broker_path_ns %v, formula %d\n%s", trial, got.BrokerPathNS, want, y)
+		}
+		var sum int64
+		for _, v := range got.Terms["owner_death"] {
+			sum += v
+		}
+		if sum != *got.OwnerDeathNS {
+			t.Fatalf("trial %d: owner-death terms add to %d, total %d", trial, sum, *got.OwnerDeathNS)
+		}
+	}
+}
+
+func TestBudgetPrintsTheSeedFigures(t *testing.T) {
+	for profile, want := range map[string][]string{
+		"standalone": {"owner-death budget: 1097.5s", "broker-path budget: broker_health_step_down + 382.5s", "renew_interval         75.555555555s  (derived)"},
+		"clustered":  {"owner-death budget: 336.5s", "broker-path budget: broker_health_step_down + 290s", "activation 240s"},
+	} {
+		code, out, errs := runCmd(t, "budget", "--profile", profile)
+		for _, w := range want {
+			if code != exitOK || !strings.Contains(out, w) {
+				t.Errorf("budget --profile %s: exit %d, output lacks %q:\n%s%s", profile, code, w, out, errs)
+			}
+		}
+	}
+	code, out, _ := runCmd(t, "budget", "--profile", "all", "--json")
+	var ps []report.Profile
+	if err := json.Unmarshal([]byte(out), &ps); err != nil || code != exitOK || len(ps) != 2 {
+		t.Fatalf("budget --json: exit %d %v\n%s", code, err, out)
+	}
+	if ps[0].OwnerDeath.Total != 1097500*time.Millisecond || ps[1].BrokerPathBase != 290*time.Second {
+		t.Errorf("budget --json: %+v", ps)
+	}
+	if code, _, _ := runCmd(t, "budget", "--profile", "edge"); code != exitInvalid {
+		t.Errorf("unknown profile: exit %d", code)
+	}
+}
+
+// The page's profile table is exactly what the binary prints.
+func TestDocsTableMatchesBinary(t *testing.T) {
+	code, table, _ := runCmd(t, "budget", "--markdown")
+	if code != exitOK {
+		t.Fatal(code)
+	}
+	for _, want := range []string{"75.56s derived", "1097.5s", "broker_health_step_down + 382.5s", "336.5s", "broker_health_step_down + 290s"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table lacks %q:\n%s", want, table)
+		}
+	}
+	page, err := os.ReadFile("../../docs/failover-budget.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(page), table) {
+		t.Errorf("docs/failover-budget.md does not contain the table `leasebridge budget --markdown` prints; run go generate ./...:\n%s", table)
+	}
+}

@@ -1,0 +1,140 @@
+// Command docgen writes the documentation pages whose numbers come from the
+// code. Run it with `go generate ./internal/docgen`; TestDocsUpToDate fails
+// when a page differs from what it would write.
+package main
+
+//go:generate go run . -out ../../docs
+
+import (
+	"bytes"
+	_ "embed"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/template"
+	"time"
+
+	"github.com/leasebridge/leasebridge/admission"
+	"github.com/leasebridge/leasebridge/failover"
+	"github.com/leasebridge/leasebridge/internal/report"
+	"github.com/leasebridge/leasebridge/routes"
+)
+
+//go:embed failover-budget.md.tmpl
+var failoverBudgetTmpl string
+
+//go:embed admit-json.md.tmpl
+var admitJSONTmpl string
+
+// exampleConfig is admitted to produce the real output shown in
+// admit-json.md; the path is relative to this package, where go generate
+// and go test run.
+const exampleConfig = "../../examples/clustered-sidecar.yaml"
+
+func main() {
+	out := flag.String("out", "docs", "directory the pages are written to")
+	flag.Parse()
+	pages, err := render()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "docgen:", err)
+		os.Exit(1)
+	}
+	for name, data := range pages {
+		if err := os.WriteFile(filepath.Join(*out, name), data, 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "docgen:", err)
+			os.Exit(1)
+		}
+	}
+}
+
+// render returns every generated page by file name.
+func render() (map[string][]byte, error) {
+	fs := admission.FormatSeconds
+	table, err := report.ProfileTable()
+	if err != nil {
+		return nil, err
+	}
+	sa, err := report.EvaluateProfile(admission.Standalone)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := report.EvaluateProfile(admission.Clustered)
+	if err != nil {
+		return nil, err
+	}
+	ratio := func(p report.Profile) string {
+		return fmt.Sprintf("%.1f", float64(p.OwnerDeath.Total)/float64(p.Timing.LeaseTTL))
+	}
+	data := map[string]any{
+		"MinPoll":                  fs(time.Millisecond),
+		"StepStage":                fs(admission.MaxStepDownStage),
+		"StepDownExit":             failover.ExitStepDown,
+		"ClockPPM":                 admission.ClockRatePPM,
+		"MQTTConnect":              fs(routes.DefaultMQTTConnectTimeout),
+		"MQTTReconcile":            fs(routes.DefaultMQTTReconcileTimeout),
+		"MQTTGrace":                fs(routes.DefaultMQTTUnmatchedGrace),
+		"MQTTActivation":           fs(sa.Activation),
+		"DeviceActivation":         fs(routes.DefaultDeviceConnectTimeout + routes.DefaultDeviceRequestTimeout),
+		"StandaloneL":              fs(admission.StandaloneLeaseTTL),
+		"StandaloneC":              fs(admission.StandaloneCallTimeout),
+		"StandaloneP":              fs(admission.StandalonePollInterval),
+		"StandaloneG":              fs(admission.StandaloneStepDownGrace),
+		"ClusteredL":               fs(admission.ClusteredLeaseTTL),
+		"ClusteredR":               fs(admission.ClusteredRenewInterval),
+		"ClusteredJ":               fs(admission.ClusteredRenewJitter),
+		"ClusteredC":               fs(admission.ClusteredCallTimeout),
+		"ClusteredP":               fs(admission.ClusteredPollInterval),
+		"ClusteredG":               fs(admission.ClusteredStepDownGrace),
+		"Rounds":                   admission.RenewRoundsPerTTL,
+		"MaxRenewFails":            admission.DefaultMaxRenewFails,
+		"Table":                    table,
+		"StandaloneRatio":          ratio(sa),
+		"ClusteredRatio":           ratio(cl),
+		"ClusteredActivationShare": fmt.Sprintf("%.0f%%", float64(cl.Activation)*100/float64(cl.OwnerDeath.Total)),
+	}
+	budget, err := execute(failoverBudgetTmpl, data)
+	if err != nil {
+		return nil, err
+	}
+	example, err := admitExample()
+	if err != nil {
+		return nil, err
+	}
+	admit, err := execute(admitJSONTmpl, map[string]any{
+		"ExitAdmitted": report.ExitAdmitted, "ExitRefused": report.ExitRefused, "ExitInvalid": report.ExitInvalid,
+		"Example": example,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return map[string][]byte{"failover-budget.md": budget, "admit-json.md": admit}, nil
+}
+
+func execute(tmpl string, data any) ([]byte, error) {
+	t, err := template.New("page").Option("missingkey=error").Parse(tmpl)
+	if err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	if err := t.Execute(&b, data); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// admitExample is what `leasebridge admit --json` prints for the example,
+// with the path as a user would type it from the repository root.
+func admitExample() (string, error) {
+	cfg, err := routes.Load(exampleConfig)
+	if err != nil {
+		return "", err
+	}
+	cfg.File = strings.TrimPrefix(exampleConfig, "../../")
+	var b bytes.Buffer
+	if err := report.WriteJSON(&b, report.FromReports(cfg, cfg.Sessions(), cfg.Admit())); err != nil {
+		return "", err
+	}
+	return b.String(), nil
+}
