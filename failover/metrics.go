@@ -1,0 +1,89 @@
+package failover
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the Prometheus series of a running bridge; docs/operations.md
+// lists them.
+type Metrics struct {
+	// FailureToFull is FailureToFullDuration: from the successor's first
+	// observation of the stale (or released) row to ServiceLevelFull.
+	FailureToFull *prometheus.HistogramVec
+	// State is 1 for the session's current state and 0 for the others.
+	State *prometheus.GaugeVec
+	// Epoch is the lease epoch the session last owned.
+	Epoch *prometheus.GaugeVec
+	// RenewFailures counts failed renew calls.
+	RenewFailures *prometheus.CounterVec
+	// StepDowns counts broker-path step-downs.
+	StepDowns *prometheus.CounterVec
+	// Budget is each session's admitted budget per failure mode.
+	Budget *prometheus.GaugeVec
+	// TransportErrors counts transport open, poll, write and publish errors.
+	TransportErrors *prometheus.CounterVec
+	// Takeovers counts the times this process became a session's owner.
+	Takeovers *prometheus.CounterVec
+}
+
+// States a session reports in leasebridge_session_state.
+var States = []string{"standby", "activating", "serving", "closing", "stopped"}
+
+// NewMetrics creates the series and registers them on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		FailureToFull: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "leasebridge_failure_to_full_seconds",
+			Help:    "FailureToFullDuration: successor's first observation of the stale or released lease row to ServiceLevelFull.",
+			Buckets: prometheus.ExponentialBuckets(0.05, 2, 16),
+		}, []string{"session", "cause"}),
+		State: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "leasebridge_session_state",
+			Help: "1 for the session's current state (standby, activating, serving, closing, stopped), 0 otherwise.",
+		}, []string{"session", "state"}),
+		Epoch: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "leasebridge_lease_epoch",
+			Help: "Lease epoch (fencing token) this process last owned the session at.",
+		}, []string{"session"}),
+		RenewFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasebridge_renew_failures_total",
+			Help: "Renew calls that failed or timed out.",
+		}, []string{"session"}),
+		StepDowns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasebridge_step_downs_total",
+			Help: "Broker-path step-downs: the broker path stayed not converged for broker_health_step_down.",
+		}, []string{"session"}),
+		Budget: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "leasebridge_failover_budget_seconds",
+			Help: "Admitted worst-case failover budget per failure mode (owner_death, broker_path).",
+		}, []string{"session", "mode"}),
+		TransportErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasebridge_transport_errors_total",
+			Help: "Transport errors by operation (open, poll, write, publish, close).",
+		}, []string{"session", "transport", "op"}),
+		Takeovers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasebridge_takeovers_total",
+			Help: "Times this process became the session's owner.",
+		}, []string{"session"}),
+	}
+	reg.MustRegister(m.FailureToFull, m.State, m.Epoch, m.RenewFailures, m.StepDowns, m.Budget, m.TransportErrors, m.Takeovers)
+	return m
+}
+
+// setState marks one state of a session as current.
+func (m *Metrics) setState(session, state string) {
+	for _, s := range States {
+		v := 0.0
+		if s == state {
+			v = 1
+		}
+		m.State.WithLabelValues(session, s).Set(v)
+	}
+}
+
+// observeFailureToFull records one takeover's FailureToFullDuration.
+func (m *Metrics) observeFailureToFull(session, cause string, d time.Duration) {
+	m.FailureToFull.WithLabelValues(session, cause).Observe(d.Seconds())
+}

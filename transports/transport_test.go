@@ -1,0 +1,40 @@
+package transports_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasebridge/leasebridge/transports"
+)
+
+type nop struct{ name string }
+
+func (n nop) Name() string                 { return n.name }
+func (nop) ActivationBound() time.Duration { return time.Second }
+func (nop) CloseBound() time.Duration      { return time.Second }
+func (nop) Open(context.Context) error     { return nil }
+func (nop) Close(context.Context) error    { return nil }
+func (nop) State() transports.State        { return transports.State{Converged: true} }
+
+func TestRegistry(t *testing.T) {
+	transports.Register("test-nop", func(name string, cfg any) (transports.Transport, error) {
+		return nop{name: name}, nil
+	})
+	tr, err := transports.New("test-nop", "a", nil)
+	if err != nil || tr.Name() != "a" {
+		t.Fatalf("New: %v %v", tr, err)
+	}
+	_, err = transports.New("nope", "a", nil)
+	if !errors.Is(err, transports.ErrUnknownKind) || !strings.Contains(err.Error(), "test-nop") {
+		t.Fatalf("unknown kind: %v", err)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("second Register of a kind did not panic")
+		}
+	}()
+	transports.Register("test-nop", nil)
+}
