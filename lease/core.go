@@ -1,0 +1,468 @@
+package lease
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/leasebridge/leasebridge/admission"
+	"github.com/leasebridge/leasebridge/lease/internal/hook"
+)
+
+// Never is the WakeAt of a core with nothing scheduled.
+const Never = time.Duration(math.MaxInt64)
+
+// OpKind names a store call the core asks for.
+type OpKind uint8
+
+// Store calls.
+const (
+	OpNone     OpKind = iota // nothing to call; wait until Step.WakeAt
+	OpRead                   // Store.Read
+	OpCAS                    // Store.CompareAndSwap(Expect, Row)
+	OpAuthRead               // Store.ReadAuthoritative
+	OpRelease                // Store.Release(Expect, Row.Epoch)
+)
+
+var opNames = [...]string{"none", "read", "cas", "authread", "release"}
+
+func (k OpKind) String() string { return opNames[k] }
+
+// Op is one store call. The caller must give up at Deadline (an instant on
+// the core's clock) and report the outcome with Core.Done.
+type Op struct {
+	Kind     OpKind
+	Key      string
+	Expect   int64
+	Row      Row
+	Deadline time.Duration
+}
+
+// Result is the outcome of an Op: the row and version a read returned or
+// the version a write produced, or the call's error.
+type Result struct {
+	Row     Row
+	Version int64
+	Err     error
+}
+
+// EventKind names a change of ownership.
+type EventKind uint8
+
+// Events.
+const (
+	// EventBecameOwner: this manager holds the row; serve until fenced.
+	EventBecameOwner EventKind = iota + 1
+	// EventLost: the authoritative read found another owner.
+	EventLost
+	// EventFenced: the self-fence deadline passed; stop serving at once.
+	EventFenced
+	// EventReleased: the manager gave the row up and stopped.
+	EventReleased
+)
+
+var eventNames = [...]string{"", "became_owner", "lost", "fenced", "released"}
+
+func (k EventKind) String() string { return eventNames[k] }
+
+// Event reports a change of ownership.
+type Event struct {
+	Kind EventKind
+	// Epoch is the fencing token of the ownership term concerned (0 for a
+	// release by a manager that owned nothing).
+	Epoch uint64
+	// At is when the core saw the change, on the core's clock.
+	At time.Duration
+	// Observed, for EventBecameOwner, is when this manager first observed
+	// the row it took over (stale, released or missing): the start of
+	// FailureToFullDuration.
+	Observed time.Duration
+	// Err, for EventReleased, is the release call's error (nil: landed).
+	Err error
+	// Owner, set by Manager for EventBecameOwner, is the owner handle.
+	Owner *Owner
+}
+
+// Step is the core's answer: an Op to perform now, or the instant at which
+// Tick should be called next, and the events produced.
+type Step struct {
+	Op     Op
+	WakeAt time.Duration
+	Events []Event
+}
+
+// State is the core's role.
+type State uint8
+
+// Roles.
+const (
+	StateStandby   State = iota // polling the row
+	StateOwner                  // holding the row, serving until the deadline
+	StateReleasing              // release call in flight
+	StateStopped                // released; does nothing more
+)
+
+type purpose uint8
+
+const (
+	pNone purpose = iota
+	pAcqRead
+	pAcqCAS
+	pRenew
+	pAuthRead
+	pRelease
+	pReleaseRead
+)
+
+// Core is the lease protocol as a pure state machine. It never reads a
+// clock and starts nothing: the caller passes the current instant of a
+// monotonic clock (one that counts suspend) to Tick, Done and Release,
+// performs the Op a Step asks for, and reports its Result with Done. At
+// most one Op is outstanding at a time. A Core is not safe for concurrent
+// use.
+type Core struct {
+	cfg       Config
+	id        Identity
+	key       string
+	rnd       *rand.Rand
+	fenceMode int
+
+	state   State
+	pending purpose
+	sentAt  time.Duration // when the pending Op was issued
+	callEnd time.Duration // deadline shared by the ops of one Acquire
+
+	// Standby.
+	haveBase    bool
+	baseRev     int64
+	baseAt      time.Duration
+	observed    time.Duration // Observed of the takeover CAS in flight
+	acqEpoch    uint64        // epoch the takeover CAS in flight writes
+	nextAcquire time.Duration
+
+	// Owner.
+	rev        int64
+	epoch      uint64
+	okSent     time.Duration // send instant of the last renew known to have landed
+	deadline   time.Duration
+	streak     int
+	ambig      bool          // a renew may have landed unacknowledged
+	ambigSince time.Duration // send instant of the first such renew
+	nextRenew  time.Duration
+
+	releaseWanted  bool
+	releaseRetried bool
+}
+
+func init() {
+	hook.SetFenceMode = func(c any, mode int) { c.(*Core).fenceMode = mode }
+}
+
+// NewCore returns a standby core for key that will poll first at now. rnd
+// draws the poll and renew jitter; a seeded source makes the core
+// deterministic.
+func NewCore(cfg Config, id Identity, key string, rnd *rand.Rand, now time.Duration) (*Core, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if id.Owner == "" {
+		return nil, fmt.Errorf("%w: empty owner identity for key %q", ErrInvalidConfig, key)
+	}
+	if rnd == nil {
+		return nil, fmt.Errorf("%w: nil random source", ErrInvalidConfig)
+	}
+	return &Core{cfg: cfg, id: id, key: key, rnd: rnd, nextAcquire: now}, nil
+}
+
+// State reports the core's role.
+func (c *Core) State() State { return c.state }
+
+// Owner reports the current ownership term's epoch and self-fence
+// deadline; ok is false unless the core is owner.
+func (c *Core) Owner() (epoch uint64, deadline time.Duration, ok bool) {
+	if c.state != StateOwner {
+		return 0, 0, false
+	}
+	return c.epoch, c.deadline, true
+}
+
+// Pending reports whether an Op is outstanding.
+func (c *Core) Pending() bool { return c.pending != pNone }
+
+// Tick advances the core to now: it fences an owner whose deadline has
+// passed and issues the call that is due.
+func (c *Core) Tick(now time.Duration) Step {
+	var s Step
+	c.fenceCheck(now, &s)
+	c.next(now, &s)
+	return s
+}
+
+// Release asks the core to give the row up. The caller must already have
+// closed everything opened as owner. The release call is issued at once
+// or when the outstanding call completes; EventReleased follows its
+// outcome and the core stops.
+func (c *Core) Release(now time.Duration) Step {
+	c.releaseWanted = true
+	return c.Tick(now)
+}
+
+// Done reports the outcome of the outstanding Op at now.
+func (c *Core) Done(now time.Duration, r Result) Step {
+	var s Step
+	p := c.pending
+	if p == pNone {
+		panic("lease: Core.Done without an outstanding op")
+	}
+	c.pending = pNone
+	sent := c.sentAt
+	c.fenceCheck(now, &s)
+
+	switch p {
+	case pAcqRead:
+		c.onAcquireRead(now, r, &s)
+	case pAcqCAS:
+		if r.Err == nil {
+			c.becomeOwner(now, sent, r.Version, &s)
+		} else {
+			// A conflict is contention; any other error may have landed,
+			// which the next Acquire finds as our own row.
+			c.endAcquire(now)
+		}
+	case pRenew:
+		c.onRenew(now, sent, r, &s)
+	case pAuthRead:
+		c.onAuthRead(now, r, &s)
+	case pRelease:
+		if errors.Is(r.Err, ErrConflict) && !c.releaseRetried {
+			// Perhaps a renew whose response was lost moved the row:
+			// find out, and release the version that is ours.
+			c.releaseRetried = true
+			c.issue(now, pReleaseRead, Op{Kind: OpAuthRead, Deadline: now + c.cfg.RenewCallTimeout}, &s)
+			break
+		}
+		c.stop(now, r.Err, &s)
+	case pReleaseRead:
+		if r.Err == nil && r.Row.Owner == c.id.Owner && r.Row.Epoch == c.epoch {
+			c.rev = r.Version
+			c.issue(now, pRelease, Op{Kind: OpRelease, Expect: c.rev, Row: Row{Epoch: c.epoch}, Deadline: now + c.cfg.RenewCallTimeout}, &s)
+			break
+		}
+		err := r.Err
+		if err == nil {
+			err = fmt.Errorf("%w: release of key %q: the row is no longer ours (owner %q, epoch %d)", ErrConflict, c.key, r.Row.Owner, r.Row.Epoch)
+		}
+		c.stop(now, err, &s)
+	}
+	c.next(now, &s)
+	return s
+}
+
+func (c *Core) stop(now time.Duration, err error, s *Step) {
+	c.state = StateStopped
+	s.Events = append(s.Events, Event{Kind: EventReleased, Epoch: c.epoch, At: now, Err: err})
+}
+
+func (c *Core) fenceCheck(now time.Duration, s *Step) {
+	if c.state == StateOwner && now >= c.deadline {
+		s.Events = append(s.Events, Event{Kind: EventFenced, Epoch: c.epoch, At: now})
+		c.toStandby(now)
+	}
+}
+
+// toStandby ends an ownership term. The row may still be ours, and the
+// next Acquire reclaims it without waiting for lease_ttl; but not before
+// the ended term's transports have surely closed, which takes no longer
+// than lease_ttl - FenceAfter (the close bound and clock margin) after the
+// owner context ended. Otherwise one process could hold two connections.
+func (c *Core) toStandby(now time.Duration) {
+	ended := min(now, c.deadline)
+	c.state = StateStandby
+	c.haveBase = false
+	c.ambig = false
+	c.streak = 0
+	c.nextAcquire = max(now, ended+c.cfg.LeaseTTL-c.cfg.FenceAfter)
+}
+
+// next issues the due call or computes the wake-up instant.
+func (c *Core) next(now time.Duration, s *Step) {
+	if c.pending != pNone {
+		// Either the op just issued, or one still outstanding: only the
+		// fence deadline can be due meanwhile.
+		s.WakeAt = Never
+		if c.state == StateOwner {
+			s.WakeAt = c.deadline
+		}
+		return
+	}
+	s.Op, s.WakeAt = Op{}, Never
+	switch c.state {
+	case StateStandby:
+		if c.releaseWanted {
+			c.state = StateStopped
+			s.Events = append(s.Events, Event{Kind: EventReleased, At: now})
+			return
+		}
+		if now < c.nextAcquire {
+			s.WakeAt = c.nextAcquire
+			return
+		}
+		c.callEnd = now + c.cfg.RenewCallTimeout
+		c.issue(now, pAcqRead, Op{Kind: OpRead}, s)
+	case StateOwner:
+		if c.releaseWanted {
+			c.state = StateReleasing
+			c.issue(now, pRelease, Op{Kind: OpRelease, Expect: c.rev, Row: Row{Epoch: c.epoch}, Deadline: now + c.cfg.RenewCallTimeout}, s)
+			return
+		}
+		if now < c.nextRenew {
+			s.WakeAt = min(c.nextRenew, c.deadline)
+			return
+		}
+		c.issue(now, pRenew, Op{Kind: OpCAS, Expect: c.rev, Row: c.myRow(c.epoch), Deadline: now + c.cfg.RenewCallTimeout}, s)
+	}
+}
+
+func (c *Core) issue(now time.Duration, p purpose, op Op, s *Step) {
+	if op.Kind == OpRead || (p == pAcqCAS) {
+		op.Deadline = c.callEnd
+	}
+	op.Key = c.key
+	c.pending, c.sentAt = p, now
+	s.Op = op
+}
+
+func (c *Core) myRow(epoch uint64) Row {
+	return Row{Owner: c.id.Owner, Node: c.id.Node, Epoch: epoch}
+}
+
+func (c *Core) onAcquireRead(now time.Duration, r Result, s *Step) {
+	if c.state != StateStandby {
+		return
+	}
+	if r.Err != nil {
+		c.endAcquire(now)
+		return
+	}
+	row, ver := r.Row, r.Version
+	switch {
+	case ver == 0 || row.Owner == "" || row.Owner == c.id.Owner:
+		// Missing, released, or ours (a takeover whose response was lost,
+		// or a term we fenced): take it in this same call.
+		c.observed = now
+	case !c.haveBase || ver != c.baseRev:
+		// A new revision: the holder is alive at least until it was
+		// written; start the wait after this response.
+		c.haveBase, c.baseRev, c.baseAt = true, ver, now
+		c.endAcquire(now)
+		return
+	case now-c.baseAt >= c.cfg.LeaseTTL:
+		c.observed = c.baseAt
+	default:
+		c.endAcquire(now)
+		return
+	}
+	if now >= c.callEnd {
+		c.endAcquire(now)
+		return
+	}
+	c.acqEpoch = row.Epoch + 1
+	c.issue(now, pAcqCAS, Op{Kind: OpCAS, Expect: ver, Row: c.myRow(c.acqEpoch)}, s)
+}
+
+// endAcquire schedules the next Acquire after a jittered poll wait.
+func (c *Core) endAcquire(now time.Duration) {
+	lo := admission.MinJitteredPoll(c.cfg.AcquirePollInterval)
+	hi, _ := admission.PollBoundary(c.cfg.AcquirePollInterval) // validated
+	c.nextAcquire = now + lo + time.Duration(c.rnd.Int64N(int64(hi-lo)+1))
+}
+
+func (c *Core) renewDelay() time.Duration {
+	half := c.cfg.RenewJitter / 2
+	return c.cfg.RenewInterval - half + time.Duration(c.rnd.Int64N(int64(2*half)+1))
+}
+
+func (c *Core) fenceFrom(sent, now time.Duration) time.Duration {
+	switch c.fenceMode {
+	case hook.FenceNever:
+		return Never
+	case hook.FenceFromResponse:
+		return now + c.cfg.FenceAfter
+	}
+	return sent + c.cfg.FenceAfter
+}
+
+func (c *Core) becomeOwner(now, sent time.Duration, ver int64, s *Step) {
+	if c.state != StateStandby {
+		return
+	}
+	deadline := c.fenceFrom(sent, now)
+	if now >= deadline {
+		// The call outlived the fence interval (a pause): serving would
+		// already be unsafe. The row is ours; reclaim it with a fresh call.
+		c.nextAcquire = now
+		return
+	}
+	c.state = StateOwner
+	c.rev, c.epoch = ver, c.acqEpoch
+	c.okSent, c.deadline = sent, deadline
+	c.streak, c.ambig = 0, false
+	c.nextRenew = now + c.renewDelay()
+	if !c.releaseWanted {
+		s.Events = append(s.Events, Event{Kind: EventBecameOwner, Epoch: c.epoch, At: now, Observed: c.observed})
+	}
+}
+
+func (c *Core) onRenew(now, sent time.Duration, r Result, s *Step) {
+	if c.state != StateOwner {
+		return
+	}
+	if r.Err == nil {
+		c.rev = r.Version
+		c.okSent, c.deadline = sent, c.fenceFrom(sent, now)
+		c.streak, c.ambig = 0, false
+		c.nextRenew = now + c.renewDelay()
+		return
+	}
+	c.streak++
+	conflict := errors.Is(r.Err, ErrConflict)
+	if !conflict && !c.ambig {
+		c.ambig, c.ambigSince = true, sent
+	}
+	if conflict || c.streak >= c.cfg.MaxRenewFails {
+		c.issue(now, pAuthRead, Op{Kind: OpAuthRead, Deadline: now + c.cfg.RenewCallTimeout}, s)
+		return
+	}
+	c.nextRenew = now + c.renewDelay()
+}
+
+func (c *Core) onAuthRead(now time.Duration, r Result, s *Step) {
+	if c.state != StateOwner {
+		return
+	}
+	switch {
+	case r.Err != nil:
+	case r.Row.Owner == c.id.Owner && r.Row.Epoch == c.epoch:
+		if r.Version != c.rev {
+			// Only this process writes this identity: one of the renews
+			// sent since ambigSince landed. Adopt its revision; it was
+			// sent no earlier than ambigSince.
+			c.rev = r.Version
+			if c.ambig && c.fenceMode == hook.FenceCorrect && c.ambigSince > c.okSent {
+				c.okSent, c.deadline = c.ambigSince, c.ambigSince+c.cfg.FenceAfter
+			}
+			c.ambig, c.streak = false, 0
+		}
+	default:
+		s.Events = append(s.Events, Event{Kind: EventLost, Epoch: c.epoch, At: now})
+		c.toStandby(now)
+		hold := c.nextAcquire
+		c.haveBase, c.baseRev, c.baseAt = true, r.Version, now
+		c.endAcquire(now)
+		c.nextAcquire = max(c.nextAcquire, hold)
+		return
+	}
+	c.nextRenew = now + c.renewDelay()
+}

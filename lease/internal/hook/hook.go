@@ -1,0 +1,15 @@
+// Package hook lets the lease simulation switch a Core into deliberately
+// broken modes, to prove the simulation catches them. Production code never
+// calls it.
+package hook
+
+// Fence modes for SetFenceMode.
+const (
+	FenceCorrect      = 0 // deadline = last successful renew sent + FenceAfter
+	FenceNever        = 1 // broken: the owner never fences itself
+	FenceFromResponse = 2 // broken: deadline anchored at the renew response
+)
+
+// SetFenceMode sets the fence mode of a *lease.Core; installed by package
+// lease.
+var SetFenceMode func(core any, mode int)

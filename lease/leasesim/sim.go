@@ -1,0 +1,494 @@
+// Package leasesim is a deterministic simulation of lease managers. One
+// seed fixes everything: the cadence, the number of nodes and sessions,
+// every store latency, loss and partition, every process freeze, kill and
+// restart, and every jitter draw. It runs on one goroutine with simulated
+// clocks whose rates differ by at most admission.ClockRatePPM, drives real
+// lease.Core instances against a lease.MemStore behind a simulated
+// network, and checks after every step that no two owners of a session are
+// ever inside their serve windows at once (safety) and that ownership moves
+// within the admitted budgets after an owner dies or releases (liveness).
+package leasesim
+
+import (
+	"container/heap"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"time"
+
+	"github.com/leasebridge/leasebridge/admission"
+	"github.com/leasebridge/leasebridge/lease"
+	"github.com/leasebridge/leasebridge/lease/internal/hook"
+)
+
+// Fence modes for Options.FenceMode: the correct core and two deliberately
+// broken self-fences the simulation must catch.
+const (
+	FenceCorrect      = hook.FenceCorrect
+	FenceNever        = hook.FenceNever
+	FenceFromResponse = hook.FenceFromResponse
+)
+
+// Options select one simulation.
+type Options struct {
+	Seed uint64
+	// FenceMode breaks the self-fence on purpose (test switch).
+	FenceMode int
+	// Trace, when set, receives one line per simulated step.
+	Trace io.Writer
+}
+
+// Failure is a violated assertion; its Seed replays it exactly.
+type Failure struct {
+	Seed uint64
+	Kind string // "safety", "liveness" or "release"
+	At   time.Duration
+	Msg  string
+}
+
+func (f *Failure) Error() string {
+	return fmt.Sprintf("leasesim seed %d: %s violation at t=%v: %s", f.Seed, f.Kind, f.At, f.Msg)
+}
+
+// Stats summarize one run.
+type Stats struct {
+	Steps           int
+	Takeovers       int
+	Probes          int           // owner deaths and releases checked for liveness
+	MaxOwnerDeath   time.Duration // slowest takeover after a probed owner death
+	OwnerDeathLimit time.Duration // admission.OwnerDeath with A = S = 0
+	MaxRelease      time.Duration // slowest takeover after a probed release
+	ReleaseLimit    time.Duration // 2 poll boundaries + 2 calls
+	Timing          string
+}
+
+// scenario is one admitted cadence the simulation draws from.
+type scenario struct {
+	l, r, j, c, p time.Duration
+	close         time.Duration
+}
+
+var scenarios = []scenario{
+	{l: 2 * time.Second, r: 300 * time.Millisecond, j: 100 * time.Millisecond, c: 200 * time.Millisecond, p: 400 * time.Millisecond, close: 100 * time.Millisecond},
+	{l: time.Second, r: 150 * time.Millisecond, j: 60 * time.Millisecond, c: 100 * time.Millisecond, p: 150 * time.Millisecond, close: 50 * time.Millisecond},
+	// The clustered profile, scaled down ten times.
+	{l: 4500 * time.Millisecond, r: time.Second, j: 100 * time.Millisecond, c: 300 * time.Millisecond, p: 500 * time.Millisecond, close: 200 * time.Millisecond},
+	// Tight: the self-fence inequality with little slack.
+	{l: 2 * time.Second, r: 800 * time.Millisecond, j: 200 * time.Millisecond, c: 400 * time.Millisecond, p: 300 * time.Millisecond, close: 150 * time.Millisecond},
+}
+
+type event struct {
+	at   int64
+	seq  uint64
+	node *node // nil: a world event
+	gen  int
+	fn   func()
+}
+
+type queue []*event
+
+func (q queue) Len() int { return len(q) }
+func (q queue) Less(i, j int) bool {
+	if q[i].at != q[j].at {
+		return q[i].at < q[j].at
+	}
+	return q[i].seq < q[j].seq
+}
+func (q queue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *queue) Push(x any)   { *q = append(*q, x.(*event)) }
+func (q *queue) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return e
+}
+
+type node struct {
+	id          int
+	gen         int
+	alive       bool
+	frozen      bool
+	partitioned bool
+	off, ppm    int64
+	mgrs        []*mgr
+	deferred    []*event
+}
+
+// local is the node's clock at real instant r: a fixed offset and a rate
+// within +-ClockRatePPM/2 of real time.
+func (n *node) local(r int64) time.Duration {
+	return time.Duration(n.off + r + r*n.ppm/1_000_000)
+}
+
+// real is the first real instant at which the node's clock reads >= l.
+func (n *node) real(l time.Duration) int64 {
+	if l == lease.Never {
+		return maxTime
+	}
+	r := (int64(l) - n.off) * 1_000_000 / (1_000_000 + n.ppm)
+	for n.local(r) < l {
+		r++
+	}
+	for n.local(r-1) >= l {
+		r--
+	}
+	return r
+}
+
+const maxTime = int64(1<<62 - 1)
+
+type mgr struct {
+	n       *node
+	session int
+	inc     int // incarnation of this manager slot
+	id      lease.Identity
+	core    *lease.Core
+	opID    uint64
+	wakeID  uint64
+	term    *term
+	stopped bool
+}
+
+type term struct {
+	m       *mgr
+	session int
+	epoch   uint64
+	start   int64
+	end     int64 // when closed
+	closed  bool
+	dl      time.Duration // local fence deadline while open
+}
+
+// worstEnd is the latest real instant the term may still touch the
+// device: its fence deadline plus the close bound, or its recorded end.
+func (s *sim) worstEnd(t *term) int64 {
+	if t.closed {
+		return t.end
+	}
+	d := t.m.n.real(t.dl)
+	if d >= maxTime-int64(s.sc.close) {
+		return maxTime
+	}
+	return d + int64(s.sc.close)
+}
+
+type obligation struct {
+	kind    string // "liveness" or "release"
+	session int
+	victim  string // identity of the dead or releasing owner
+	anchor  int64  // -1 until a release lands
+	limit   int64
+	since   int64
+}
+
+type sim struct {
+	o     Options
+	rnd   *rand.Rand
+	now   int64
+	seq   uint64
+	q     queue
+	store *lease.MemStore
+	sc    scenario
+	cfg   lease.Config
+	keys  []string
+	nodes []*node
+	terms [][]*term // per session, open or not yet past
+	epoch []uint64  // highest epoch seen per session
+	obl   []*obligation
+	fail  *Failure
+	calm  bool
+	// lossy store path
+	drop, lose float64
+	latMax     int64
+	stats      Stats
+	odLimit    int64
+	relLimit   int64
+}
+
+// Run simulates one seed and returns its statistics, or a *Failure.
+func Run(o Options) (Stats, error) {
+	s := &sim{o: o, rnd: rand.New(rand.NewPCG(o.Seed, 0x1ea5eb1d6e))}
+	if err := s.setup(); err != nil {
+		return s.stats, err
+	}
+	end := s.schedule()
+	for s.q.Len() > 0 && s.fail == nil {
+		e := heap.Pop(&s.q).(*event)
+		if e.at > end {
+			break
+		}
+		s.now = e.at
+		if e.node != nil {
+			if e.gen != e.node.gen {
+				continue // for a process that has since been killed
+			}
+			if e.node.frozen {
+				e.node.deferred = append(e.node.deferred, e)
+				continue
+			}
+		}
+		s.stats.Steps++
+		e.fn()
+		s.checkObligations()
+	}
+	if s.fail != nil {
+		return s.stats, s.fail
+	}
+	return s.stats, nil
+}
+
+func (s *sim) setup() error {
+	s.sc = scenarios[s.rnd.IntN(len(scenarios))]
+	t := admission.Timing{
+		LeaseTTL: s.sc.l, RenewInterval: s.sc.r, RenewJitter: s.sc.j, RenewCallTimeout: s.sc.c,
+		AcquirePollInterval: s.sc.p, StepDownGrace: time.Second, MaxRenewFails: 1 + s.rnd.IntN(3),
+	}
+	rep := admission.Evaluate(admission.Inputs{
+		Session: "sim", Timing: t, BrokerHealth: admission.BrokerHealth{Mode: admission.BrokerHealthOff},
+		Transports: []admission.Activation{{Name: "sim", Close: s.sc.close}},
+	})
+	if !rep.Admitted() {
+		return fmt.Errorf("leasesim: scenario refused by admission: %v", rep.Refusals)
+	}
+	s.cfg = lease.ConfigFromReport(rep)
+	od, err := admission.OwnerDeath(t, 0, 0)
+	if err != nil {
+		return err
+	}
+	pb, err := admission.PollBoundary(t.AcquirePollInterval)
+	if err != nil {
+		return err
+	}
+	s.odLimit = int64(od.Total)
+	s.relLimit = int64(2*pb + 2*t.RenewCallTimeout)
+	s.stats.OwnerDeathLimit, s.stats.ReleaseLimit = od.Total, time.Duration(s.relLimit)
+	s.stats.Timing = fmt.Sprintf("L=%v R=%v J=%v C=%v P=%v close=%v fence_after=%v max_renew_fails=%d",
+		t.LeaseTTL, t.RenewInterval, t.RenewJitter, t.RenewCallTimeout, t.AcquirePollInterval, s.sc.close, s.cfg.FenceAfter, t.MaxRenewFails)
+
+	s.store = lease.NewMemStore()
+	nn, ns := 3+s.rnd.IntN(3), 1+s.rnd.IntN(3)
+	for i := range ns {
+		s.keys = append(s.keys, fmt.Sprintf("s%d", i))
+	}
+	s.terms = make([][]*term, ns)
+	s.epoch = make([]uint64, ns)
+	half := int64(admission.ClockRatePPM / 2)
+	for i := range nn {
+		n := &node{id: i, off: s.rnd.Int64N(int64(1000 * time.Second)), ppm: s.rnd.Int64N(2*half+1) - half}
+		s.nodes = append(s.nodes, n)
+		for j := range ns {
+			n.mgrs = append(n.mgrs, &mgr{n: n, session: j})
+		}
+		s.startNode(n)
+	}
+	s.calm = true
+	s.tracef("setup seed=%d nodes=%d sessions=%d %s", s.o.Seed, nn, ns, s.stats.Timing)
+	return nil
+}
+
+func (s *sim) tracef(format string, args ...any) {
+	if s.o.Trace != nil {
+		fmt.Fprintf(s.o.Trace, "%12v ", time.Duration(s.now))
+		fmt.Fprintf(s.o.Trace, format+"\n", args...)
+	}
+}
+
+func (s *sim) at(t int64, n *node, fn func()) {
+	gen := 0
+	if n != nil {
+		gen = n.gen
+	}
+	s.atGen(t, n, gen, fn)
+}
+
+// atGen schedules fn for incarnation gen of n; it is dropped if n has been
+// killed since.
+func (s *sim) atGen(t int64, n *node, gen int, fn func()) {
+	s.seq++
+	heap.Push(&s.q, &event{at: t, seq: s.seq, node: n, gen: gen, fn: fn})
+}
+
+func (s *sim) startNode(n *node) {
+	n.alive = true
+	for _, m := range n.mgrs {
+		s.startMgr(m)
+	}
+}
+
+func (s *sim) startMgr(m *mgr) {
+	m.inc++
+	m.stopped = false
+	m.term = nil
+	m.id = lease.Identity{Node: fmt.Sprintf("n%d", m.n.id), Owner: fmt.Sprintf("n%d#%d.%d", m.n.id, m.n.gen, m.inc)}
+	seed := s.o.Seed ^ uint64(m.n.id)<<40 ^ uint64(m.session)<<32 ^ uint64(m.n.gen)<<16 ^ uint64(m.inc)
+	core, err := lease.NewCore(s.cfg, m.id, s.keys[m.session], rand.New(rand.NewPCG(seed, 0xc0de)), m.n.local(s.now))
+	if err != nil {
+		panic(err) // the configuration was admitted and validated above
+	}
+	if s.o.FenceMode != FenceCorrect {
+		hook.SetFenceMode(core, s.o.FenceMode)
+	}
+	m.core = core
+	s.handle(m, core.Tick(m.n.local(s.now)))
+}
+
+// handle applies a core step: events, term bookkeeping, the next call or
+// wake-up, and the safety check.
+func (s *sim) handle(m *mgr, st lease.Step) {
+	for _, ev := range st.Events {
+		s.onEvent(m, ev)
+	}
+	if m.term != nil && !m.term.closed {
+		if _, dl, ok := m.core.Owner(); ok {
+			m.term.dl = dl
+		}
+	}
+	switch {
+	case st.Op.Kind != lease.OpNone:
+		s.send(m, st.Op)
+	case st.WakeAt != lease.Never:
+		m.wakeID++
+		id := m.wakeID
+		s.at(max(s.now, m.n.real(st.WakeAt)), m.n, func() {
+			if id == m.wakeID && !m.stopped {
+				s.handle(m, m.core.Tick(m.n.local(s.now)))
+			}
+		})
+	}
+	s.checkSafety(m.session)
+}
+
+func (s *sim) onEvent(m *mgr, ev lease.Event) {
+	s.tracef("n%d %s %s epoch=%d", m.n.id, s.keys[m.session], ev.Kind, ev.Epoch)
+	switch ev.Kind {
+	case lease.EventBecameOwner:
+		_, dl, _ := m.core.Owner()
+		t := &term{m: m, session: m.session, epoch: ev.Epoch, start: s.now, dl: dl}
+		if ev.Epoch <= s.epoch[m.session] {
+			s.failf("safety", "%s: n%d became owner at epoch %d, not above the highest epoch %d", s.keys[m.session], m.n.id, ev.Epoch, s.epoch[m.session])
+		}
+		s.epoch[m.session] = ev.Epoch
+		m.term = t
+		s.terms[m.session] = append(s.terms[m.session], t)
+		s.stats.Takeovers++
+		s.meet(t)
+	case lease.EventFenced:
+		if m.term != nil {
+			s.closeTerm(m, s.worstEnd(m.term))
+		}
+	case lease.EventLost:
+		if m.term != nil {
+			s.closeTerm(m, min(s.now+int64(s.sc.close), s.worstEnd(m.term)))
+		}
+	case lease.EventReleased:
+		m.stopped = true
+	}
+}
+
+func (s *sim) closeTerm(m *mgr, end int64) {
+	if m.term == nil || m.term.closed {
+		return
+	}
+	m.term.end, m.term.closed = end, true
+	m.term = nil
+}
+
+// checkSafety asserts that no two terms of a session overlap, taking each
+// open term at its worst case.
+func (s *sim) checkSafety(session int) {
+	ts := s.terms[session][:0]
+	for _, t := range s.terms[session] {
+		if !t.closed || t.end > s.now {
+			ts = append(ts, t)
+		}
+	}
+	s.terms[session] = ts
+	for i := range ts {
+		for j := i + 1; j < len(ts); j++ {
+			a, b := ts[i], ts[j]
+			ae, be := s.worstEnd(a), s.worstEnd(b)
+			if a.start < be && b.start < ae {
+				s.failf("safety", "%s: two owners inside their serve windows: %s epoch %d [%v, %v) and %s epoch %d [%v, %v)",
+					s.keys[session], a.m.id.Owner, a.epoch, time.Duration(a.start), time.Duration(ae), b.m.id.Owner, b.epoch, time.Duration(b.start), time.Duration(be))
+			}
+		}
+	}
+}
+
+func (s *sim) failf(kind, format string, args ...any) {
+	if s.fail != nil {
+		return
+	}
+	s.fail = &Failure{Seed: s.o.Seed, Kind: kind, At: time.Duration(s.now), Msg: fmt.Sprintf(format, args...)}
+	s.tracef("FAIL %s", s.fail.Msg)
+}
+
+// latency draws one network leg.
+func (s *sim) latency() int64 {
+	if s.latMax <= 0 {
+		return 0
+	}
+	return s.rnd.Int64N(s.latMax + 1)
+}
+
+func timeoutErr(op lease.Op) error {
+	return fmt.Errorf("leasesim: %s of %q: %w", op.Kind, op.Key, lease.ErrUnavailable)
+}
+
+// send puts op on the simulated network. The call ends with the response
+// or at its deadline, whichever the node sees first; a request that was
+// sent still lands even after the caller gave up or died.
+func (s *sim) send(m *mgr, op lease.Op) {
+	m.opID++
+	id := m.opID
+	n := m.n
+	done := func(r lease.Result) {
+		if m.opID != id || m.stopped && op.Kind != lease.OpRelease {
+			return
+		}
+		s.tracef("n%d %s done %s err=%v", n.id, op.Key, op.Kind, r.Err)
+		m.opID++ // the call is over; later arrivals are stale
+		s.handle(m, m.core.Done(n.local(s.now), r))
+	}
+	s.at(max(s.now, n.real(op.Deadline)), n, func() { done(lease.Result{Err: timeoutErr(op)}) })
+	s.tracef("n%d %s send %s expect=%d row=%+v", n.id, op.Key, op.Kind, op.Expect, op.Row)
+	if n.partitioned || (s.drop > 0 && s.rnd.Float64() < s.drop) {
+		return
+	}
+	gen, who := n.gen, m.id.Owner
+	s.at(s.now+s.latency(), nil, func() {
+		if n.partitioned {
+			return
+		}
+		r := s.apply(who, op)
+		s.tracef("store %s %s -> ver=%d row=%+v err=%v", op.Key, op.Kind, r.Version, r.Row, r.Err)
+		if s.lose > 0 && s.rnd.Float64() < s.lose {
+			return
+		}
+		s.atGen(s.now+s.latency(), n, gen, func() {
+			if n.partitioned {
+				return
+			}
+			done(r)
+		})
+	})
+}
+
+func (s *sim) apply(who string, op lease.Op) lease.Result {
+	ctx := bg
+	var r lease.Result
+	switch op.Kind {
+	case lease.OpRead:
+		r.Row, r.Version, r.Err = s.store.Read(ctx, op.Key)
+	case lease.OpAuthRead:
+		r.Row, r.Version, r.Err = s.store.ReadAuthoritative(ctx, op.Key)
+	case lease.OpCAS:
+		r.Version, r.Err = s.store.CompareAndSwap(ctx, op.Key, op.Expect, op.Row)
+	case lease.OpRelease:
+		r.Err = s.store.Release(ctx, op.Key, op.Expect, op.Row.Epoch)
+	}
+	if r.Err == nil && (op.Kind == lease.OpCAS || op.Kind == lease.OpRelease) {
+		s.landed(who, op)
+	}
+	return r
+}

@@ -1,0 +1,150 @@
+package leasesim
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+var (
+	flagSeeds = flag.Int("seeds", 10000, "number of seeds TestSeeds runs (short mode: 500)")
+	flagSeed  = flag.Int64("seed", -1, "replay one seed with a full trace (TestReplay)")
+)
+
+// runSeeds runs seeds [0, n) on all CPUs and returns the first failure by
+// seed order, with aggregated statistics.
+func runSeeds(t *testing.T, n int, mode int) (*Failure, []Stats) {
+	t.Helper()
+	var (
+		next  atomic.Int64
+		mu    sync.Mutex
+		first *Failure
+		stats = make([]Stats, n)
+		wg    sync.WaitGroup
+	)
+	for range runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) {
+					return
+				}
+				st, err := Run(Options{Seed: uint64(i), FenceMode: mode})
+				stats[i] = st
+				var f *Failure
+				if errors.As(err, &f) {
+					mu.Lock()
+					if first == nil || f.Seed < first.Seed {
+						first = f
+					}
+					mu.Unlock()
+					if mode != FenceCorrect {
+						next.Store(int64(n)) // one catch is enough
+					}
+				} else if err != nil {
+					t.Errorf("seed %d: %v", i, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return first, stats
+}
+
+// trace replays seed with a full trace and returns its last lines.
+func trace(seed uint64, mode int, lines int) string {
+	var b bytes.Buffer
+	_, _ = Run(Options{Seed: seed, FenceMode: mode, Trace: &b})
+	all := strings.Split(strings.TrimRight(b.String(), "\n"), "\n")
+	if len(all) > lines {
+		all = append([]string{"..."}, all[len(all)-lines:]...)
+	}
+	return strings.Join(all, "\n")
+}
+
+func TestSeeds(t *testing.T) {
+	n := *flagSeeds
+	if testing.Short() && n == 10000 {
+		n = 500
+	}
+	start := time.Now()
+	f, stats := runSeeds(t, n, FenceCorrect)
+	if f != nil {
+		t.Fatalf("%v\nreplay: go test ./lease/leasesim -run TestReplay -seed=%d -v\n%s", f, f.Seed, trace(f.Seed, FenceCorrect, 80))
+	}
+	var steps, takeovers, probes int
+	var od, rel, odLim, relLim time.Duration
+	for _, s := range stats {
+		steps += s.Steps
+		takeovers += s.Takeovers
+		probes += s.Probes
+		if s.OwnerDeathLimit > 0 && float64(s.MaxOwnerDeath)/float64(s.OwnerDeathLimit) > float64(od)/float64(max(odLim, 1)) {
+			od, odLim = s.MaxOwnerDeath, s.OwnerDeathLimit
+		}
+		if s.ReleaseLimit > 0 && float64(s.MaxRelease)/float64(s.ReleaseLimit) > float64(rel)/float64(max(relLim, 1)) {
+			rel, relLim = s.MaxRelease, s.ReleaseLimit
+		}
+	}
+	t.Logf("%d seeds in %v: %d steps, %d takeovers, %d liveness probes; worst owner-death takeover %v of budget %v; worst release takeover %v of budget %v",
+		n, time.Since(start).Round(time.Millisecond), steps, takeovers, probes, od, odLim, rel, relLim)
+	if probes == 0 {
+		t.Fatal("no liveness probe ran")
+	}
+}
+
+// TestBrokenFenceCaught proves the safety assertion bites: with the
+// self-fence switched off the simulation must find two owners.
+func TestBrokenFenceCaught(t *testing.T) {
+	f, _ := runSeeds(t, 2000, FenceNever)
+	if f == nil {
+		t.Fatal("a manager that never fences itself passed 2000 seeds: the safety check is blind")
+	}
+	if f.Kind != "safety" {
+		t.Fatalf("broken fence caught as %s, want safety: %v", f.Kind, f)
+	}
+	t.Logf("caught: %v", f)
+}
+
+// TestResponseAnchoredFence reports whether anchoring the fence at the
+// renew response (a subtle, plausible bug) is caught.
+func TestResponseAnchoredFence(t *testing.T) {
+	n := 2000
+	if testing.Short() {
+		n = 300
+	}
+	f, _ := runSeeds(t, n, FenceFromResponse)
+	if f == nil {
+		t.Fatalf("a fence anchored at the renew response passed %d seeds", n)
+	}
+	t.Logf("caught: %v", f)
+}
+
+func TestDeterministic(t *testing.T) {
+	for seed := uint64(0); seed < 5; seed++ {
+		a, b := trace(seed, FenceCorrect, 1<<30), trace(seed, FenceCorrect, 1<<30)
+		if a != b {
+			t.Fatalf("seed %d: two runs differ", seed)
+		}
+	}
+}
+
+func TestReplay(t *testing.T) {
+	if *flagSeed < 0 {
+		t.Skip("pass -seed=N to replay a seed")
+	}
+	var b bytes.Buffer
+	st, err := Run(Options{Seed: uint64(*flagSeed), Trace: &b})
+	t.Log("\n" + b.String())
+	t.Logf("stats: %+v", st)
+	if err != nil {
+		t.Fatal(err)
+	}
+}

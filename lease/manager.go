@@ -1,0 +1,265 @@
+package lease
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// watchSlice caps each sleep of the fence watchdog and of the run loop.
+// Go timers run on a clock that stops during suspend; waking at least this
+// often re-reads Now, which does not, so a deadline that passed during a
+// suspend is acted on within one slice of resuming.
+const watchSlice = 50 * time.Millisecond
+
+// Options configure a Manager.
+type Options struct {
+	// Store holds the lease rows.
+	Store Store
+	// Key is the session id; the store maps it to its row.
+	Key string
+	// Identity is this process's identity, normally NewIdentity(node).
+	Identity Identity
+	// Config is the session's admitted cadence.
+	Config Config
+	// OnEvent receives every event, in order, on the run loop's goroutine.
+	// It must not block: a slow handler delays renewals.
+	OnEvent func(Event)
+	// Rand draws the jitter; nil seeds one from crypto/rand.
+	Rand *rand.Rand
+	// Clock is the monotonic clock; nil means Now.
+	Clock func() time.Duration
+}
+
+// Manager runs one session's lease: it polls as a standby, takes the row
+// over, renews it as owner and fences itself. Create it with NewManager,
+// then call Run once.
+type Manager struct {
+	o       Options
+	clock   func() time.Duration
+	core    *Core
+	release chan chan error
+	done    chan struct{}
+	started atomic.Bool
+
+	mu    sync.Mutex
+	owner *Owner
+}
+
+// NewManager validates o and returns a standby manager.
+func NewManager(o Options) (*Manager, error) {
+	if o.Store == nil {
+		return nil, fmt.Errorf("%w: nil store for key %q", ErrInvalidConfig, o.Key)
+	}
+	if o.Key == "" {
+		return nil, fmt.Errorf("%w: empty key", ErrInvalidConfig)
+	}
+	clock := o.Clock
+	if clock == nil {
+		clock = Now
+	}
+	rnd := o.Rand
+	if rnd == nil {
+		var b [16]byte
+		_, _ = crand.Read(b[:])
+		rnd = rand.New(rand.NewPCG(binary.LittleEndian.Uint64(b[:8]), binary.LittleEndian.Uint64(b[8:])))
+	}
+	core, err := NewCore(o.Config, o.Identity, o.Key, rnd, clock())
+	if err != nil {
+		return nil, err
+	}
+	return &Manager{o: o, clock: clock, core: core, release: make(chan chan error), done: make(chan struct{})}, nil
+}
+
+// Owner returns the current owner handle, or nil while not owner.
+func (m *Manager) Owner() *Owner {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.owner
+}
+
+// Run drives the lease until ctx ends (returning ctx's error, without
+// releasing: standbys take over after lease_ttl) or until Release
+// completes (returning nil). Ending it cancels the owner context.
+func (m *Manager) Run(ctx context.Context) error {
+	if m.started.Swap(true) {
+		return fmt.Errorf("%w: Run called twice for key %q", ErrInvalidConfig, m.o.Key)
+	}
+	defer close(m.done)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	var reply chan error
+	step := m.core.Tick(m.clock())
+	for {
+		m.apply(ctx, step, &reply)
+		if m.core.State() == StateStopped {
+			return nil
+		}
+		if step.Op.Kind != OpNone {
+			r := m.call(ctx, step.Op)
+			if ctx.Err() != nil {
+				m.endOwner(ErrStopped)
+				return ctx.Err()
+			}
+			step = m.core.Done(m.clock(), r)
+			continue
+		}
+		timer.Reset(min(max(step.WakeAt-m.clock(), 0), watchSlice))
+		select {
+		case <-ctx.Done():
+			m.endOwner(ErrStopped)
+			return ctx.Err()
+		case <-timer.C:
+			step = m.core.Tick(m.clock())
+		case reply = <-m.release:
+			m.endOwner(ErrReleased)
+			step = m.core.Release(m.clock())
+		}
+	}
+}
+
+// Release cancels the owner context, gives the row up and stops the
+// manager. Close everything opened under the owner context before calling
+// it: a standby may take the row as soon as the release lands. It returns
+// the release call's error (nil if the manager owned nothing).
+func (m *Manager) Release(ctx context.Context) error {
+	reply := make(chan error, 1)
+	select {
+	case m.release <- reply:
+	case <-m.done:
+		return fmt.Errorf("release of key %q: %w", m.o.Key, ErrStopped)
+	case <-ctx.Done():
+		return fmt.Errorf("release of key %q: %w", m.o.Key, ctx.Err())
+	}
+	select {
+	case err := <-reply:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("release of key %q: %w", m.o.Key, ctx.Err())
+	}
+}
+
+func (m *Manager) apply(ctx context.Context, s Step, reply *chan error) {
+	for _, ev := range s.Events {
+		switch ev.Kind {
+		case EventBecameOwner:
+			o := newOwner(ctx, ev.Epoch, m.clock)
+			_, dl, _ := m.core.Owner()
+			o.deadline.Store(int64(dl))
+			go o.watch()
+			m.mu.Lock()
+			m.owner = o
+			m.mu.Unlock()
+			ev.Owner = o
+		case EventFenced:
+			m.endOwner(ErrFenced)
+		case EventLost:
+			m.endOwner(ErrLost)
+		case EventReleased:
+			if *reply != nil {
+				*reply <- ev.Err
+				*reply = nil
+			}
+		}
+		if m.o.OnEvent != nil {
+			m.o.OnEvent(ev)
+		}
+	}
+	if _, dl, ok := m.core.Owner(); ok {
+		if o := m.Owner(); o != nil {
+			o.deadline.Store(int64(dl))
+		}
+	}
+}
+
+func (m *Manager) endOwner(cause error) {
+	m.mu.Lock()
+	o := m.owner
+	m.owner = nil
+	m.mu.Unlock()
+	if o != nil {
+		o.cancel(cause)
+	}
+}
+
+// call performs op, bounded by its deadline.
+func (m *Manager) call(ctx context.Context, op Op) Result {
+	d := op.Deadline - m.clock()
+	if d <= 0 {
+		return Result{Err: fmt.Errorf("lease %s of key %q: %w", op.Kind, op.Key, context.DeadlineExceeded)}
+	}
+	cctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var r Result
+	st := m.o.Store
+	switch op.Kind {
+	case OpRead:
+		r.Row, r.Version, r.Err = st.Read(cctx, op.Key)
+	case OpAuthRead:
+		r.Row, r.Version, r.Err = st.ReadAuthoritative(cctx, op.Key)
+	case OpCAS:
+		r.Version, r.Err = st.CompareAndSwap(cctx, op.Key, op.Expect, op.Row)
+	case OpRelease:
+		r.Err = st.Release(cctx, op.Key, op.Expect, op.Row.Epoch)
+	}
+	return r
+}
+
+// Owner is one ownership term. Everything opened as owner must be opened
+// under Context, and Valid must be checked before any device I/O that
+// follows a pause: a frozen or suspended process may resume past its
+// deadline before the watchdog has cancelled the context.
+type Owner struct {
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	epoch    uint64
+	deadline atomic.Int64
+	clock    func() time.Duration
+}
+
+func newOwner(parent context.Context, epoch uint64, clock func() time.Duration) *Owner {
+	ctx, cancel := context.WithCancelCause(parent)
+	return &Owner{ctx: ctx, cancel: cancel, epoch: epoch, clock: clock}
+}
+
+// Context is cancelled at the self-fence deadline, on loss, on release and
+// when the manager stops; context.Cause names which.
+func (o *Owner) Context() context.Context { return o.ctx }
+
+// Epoch is the term's fencing token.
+func (o *Owner) Epoch() uint64 { return o.epoch }
+
+// Deadline is the current self-fence deadline on the manager's clock
+// (Now); each successful renew moves it later.
+func (o *Owner) Deadline() time.Duration { return time.Duration(o.deadline.Load()) }
+
+// Valid reports whether the term may still do device I/O: the context is
+// live and the deadline has not passed on the manager's clock.
+func (o *Owner) Valid() bool {
+	return o.ctx.Err() == nil && o.clock() < o.Deadline()
+}
+
+// watch cancels the context at the deadline, re-reading it as renewals
+// move it.
+func (o *Owner) watch() {
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		left := o.Deadline() - o.clock()
+		if left <= 0 {
+			o.cancel(ErrFenced)
+			return
+		}
+		t.Reset(min(left, watchSlice))
+		select {
+		case <-o.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,74 @@
+// Package lease implements leasebridge's lease protocol: one row per
+// session in a shared store, taken over by observation rather than by the
+// store's own TTL, guarded by compare-and-swap on the row's version, and
+// held by an owner that fences itself before any standby could take over.
+//
+// The protocol lives in Core, a pure state machine that is given the time
+// and the results of store calls and answers with the next call to make or
+// the instant to wake up. Manager is the thin run loop that drives a Core
+// against a Store with real clocks and hands the owner a context that ends
+// at the self-fence deadline. docs/lease-protocol.md explains why the fence
+// makes two owners impossible.
+package lease
+
+import (
+	"context"
+	"errors"
+)
+
+// Row is the value of a session's lease row.
+type Row struct {
+	// Owner is the identity of the holder: node name plus a suffix new at
+	// every process start. Empty means released.
+	Owner string `json:"owner"`
+	// Node is the holder's node name, for operators.
+	Node string `json:"node"`
+	// Epoch increases with every takeover; it is the fencing token stamped
+	// on everything the owner publishes.
+	Epoch uint64 `json:"epoch"`
+}
+
+// Store is the lease store as the manager needs it. Versions are opaque,
+// strictly increasing per key; 0 means the row does not exist.
+//
+// Every method is bounded by ctx. An error other than ErrConflict from a
+// write means the write may or may not have landed; the manager resolves
+// that with ReadAuthoritative.
+type Store interface {
+	// Read returns the row at key and its version; a missing row is a
+	// zero Row and version 0.
+	Read(ctx context.Context, key string) (Row, int64, error)
+	// CompareAndSwap writes row at key if the key's version is still
+	// expect (0: the row must not exist) and returns the new version. It
+	// returns an error wrapping ErrConflict when the version differed and
+	// nothing was written.
+	CompareAndSwap(ctx context.Context, key string, expect int64, row Row) (int64, error)
+	// ReadAuthoritative is a linearizable read: it reflects every write
+	// that landed before it was issued, including writes whose responses
+	// were lost.
+	ReadAuthoritative(ctx context.Context, key string) (Row, int64, error)
+	// Release writes an empty owner, keeping epoch, if the key's version is
+	// still expect; ErrConflict as for CompareAndSwap.
+	Release(ctx context.Context, key string, expect int64, epoch uint64) error
+}
+
+// Sentinel errors.
+var (
+	// ErrConflict reports a compare-and-swap whose expected version no
+	// longer matched; nothing was written.
+	ErrConflict = errors.New("lease: version conflict")
+	// ErrUnavailable reports a store that could not be reached.
+	ErrUnavailable = errors.New("lease: store unavailable")
+	// ErrInvalidConfig reports a manager configuration that cannot be run.
+	ErrInvalidConfig = errors.New("lease: invalid config")
+	// ErrFenced is the cause of an owner context cancelled at the
+	// self-fence deadline.
+	ErrFenced = errors.New("lease: self-fence deadline reached")
+	// ErrLost is the cause of an owner context cancelled because another
+	// owner holds the row.
+	ErrLost = errors.New("lease: ownership lost")
+	// ErrReleased is the cause of an owner context cancelled for release.
+	ErrReleased = errors.New("lease: released")
+	// ErrStopped reports a manager that is no longer running.
+	ErrStopped = errors.New("lease: manager stopped")
+)
