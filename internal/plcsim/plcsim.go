@@ -1,0 +1,177 @@
+// Package plcsim is a simulated PLC: a real Modbus TCP server (simonvetter)
+// with a register map that moves on its own, behind a connection-counting
+// proxy so "a device never sees two clients" can be watched and asserted.
+// The demo, the supervisor tests and the failover lab use it.
+package plcsim
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"sync"
+	"time"
+
+	mbserver "github.com/simonvetter/modbus"
+
+	"github.com/leasebridge/leasebridge/internal/faultproxy"
+)
+
+// Registers the simulation drives.
+const (
+	// CounterRegister (holding) counts simulated machine cycles, +1 per tick.
+	CounterRegister = 0
+	// SetpointRegister (holding) is writable and keeps what was written.
+	SetpointRegister = 1
+	// RunningCoil is true while the machine runs.
+	RunningCoil = 0
+)
+
+// PLC is a running simulated PLC.
+type PLC struct {
+	server *mbserver.ModbusServer
+	proxy  *faultproxy.Proxy
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu      sync.Mutex
+	holding [64]uint16
+	coils   [16]bool
+}
+
+// Start listens on a free loopback port, puts a counting proxy in front and
+// advances the counter every tick until ctx ends or Close is called.
+func Start(ctx context.Context, tick time.Duration) (*PLC, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	p := &PLC{done: make(chan struct{})}
+	p.coils[RunningCoil] = true
+	srv, err := mbserver.NewServer(&mbserver.ServerConfiguration{
+		URL:        fmt.Sprintf("tcp://127.0.0.1:%d", port),
+		Timeout:    time.Minute,
+		MaxClients: 16,
+		Logger:     log.New(io.Discard, "", 0),
+	}, p)
+	if err != nil {
+		return nil, fmt.Errorf("plcsim: server: %w", err)
+	}
+	if err := srv.Start(); err != nil {
+		return nil, fmt.Errorf("plcsim: start on port %d: %w", port, err)
+	}
+	p.server = srv
+	p.proxy, err = faultproxy.Start(ctx, fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		_ = srv.Stop()
+		return nil, fmt.Errorf("plcsim: proxy: %w", err)
+	}
+	ctx, p.cancel = context.WithCancel(ctx)
+	go p.run(ctx, tick)
+	return p, nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("plcsim: free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func (p *PLC) run(ctx context.Context, tick time.Duration) {
+	defer close(p.done)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			p.mu.Lock()
+			p.holding[CounterRegister]++
+			p.mu.Unlock()
+		}
+	}
+}
+
+// Addr is where bridges connect: the counting proxy.
+func (p *PLC) Addr() string { return p.proxy.Addr() }
+
+// Proxy exposes the connection counters and fault modes.
+func (p *PLC) Proxy() *faultproxy.Proxy { return p.proxy }
+
+// Holding returns a holding register's value.
+func (p *PLC) Holding(addr int) uint16 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.holding[addr]
+}
+
+// Close stops the simulation, the proxy and the server.
+func (p *PLC) Close() error {
+	p.cancel()
+	<-p.done
+	perr := p.proxy.Close()
+	if err := p.server.Stop(); err != nil {
+		return fmt.Errorf("plcsim: stop: %w", err)
+	}
+	return perr
+}
+
+func inRange(addr, qty uint16, size int) error {
+	if int(addr)+int(qty) > size {
+		return mbserver.ErrIllegalDataAddress
+	}
+	return nil
+}
+
+// HandleCoils serves the coils.
+func (p *PLC) HandleCoils(req *mbserver.CoilsRequest) ([]bool, error) {
+	if err := inRange(req.Addr, req.Quantity, len(p.coils)); err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if req.IsWrite {
+		copy(p.coils[req.Addr:], req.Args)
+		return nil, nil
+	}
+	return append([]bool(nil), p.coils[req.Addr:req.Addr+req.Quantity]...), nil
+}
+
+// HandleDiscreteInputs mirrors the coils.
+func (p *PLC) HandleDiscreteInputs(req *mbserver.DiscreteInputsRequest) ([]bool, error) {
+	if err := inRange(req.Addr, req.Quantity, len(p.coils)); err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]bool(nil), p.coils[req.Addr:req.Addr+req.Quantity]...), nil
+}
+
+// HandleHoldingRegisters serves and stores the holding registers.
+func (p *PLC) HandleHoldingRegisters(req *mbserver.HoldingRegistersRequest) ([]uint16, error) {
+	if err := inRange(req.Addr, req.Quantity, len(p.holding)); err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if req.IsWrite {
+		copy(p.holding[req.Addr:], req.Args)
+		return nil, nil
+	}
+	return append([]uint16(nil), p.holding[req.Addr:req.Addr+req.Quantity]...), nil
+}
+
+// HandleInputRegisters mirrors the holding registers.
+func (p *PLC) HandleInputRegisters(req *mbserver.InputRegistersRequest) ([]uint16, error) {
+	if err := inRange(req.Addr, req.Quantity, len(p.holding)); err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]uint16(nil), p.holding[req.Addr:req.Addr+req.Quantity]...), nil
+}
