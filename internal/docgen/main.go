@@ -28,6 +28,9 @@ var failoverBudgetTmpl string
 //go:embed admit-json.md.tmpl
 var admitJSONTmpl string
 
+//go:embed configuration.md.tmpl
+var configurationTmpl string
+
 // exampleConfig is admitted to produce the real output shown in
 // admit-json.md; the path is relative to this package, where go generate
 // and go test run.
@@ -109,7 +112,15 @@ func render() (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return map[string][]byte{"failover-budget.md": budget, "admit-json.md": admit}, nil
+	ref, err := configReference()
+	if err != nil {
+		return nil, err
+	}
+	config, err := execute(configurationTmpl, map[string]any{"Reference": ref})
+	if err != nil {
+		return nil, err
+	}
+	return map[string][]byte{"failover-budget.md": budget, "admit-json.md": admit, "configuration.md": config}, nil
 }
 
 func execute(tmpl string, data any) ([]byte, error) {

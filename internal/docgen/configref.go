@@ -1,0 +1,163 @@
+package main
+
+import (
+	"fmt"
+	"go/ast"
+	"go/doc"
+	"go/parser"
+	"go/token"
+	"reflect"
+	"strings"
+
+	"github.com/leasebridge/leasebridge/routes"
+)
+
+// routesSource is the routes package as seen from this directory; its field
+// comments become the descriptions of docs/configuration.md.
+const routesSource = "../../routes"
+
+// fieldDocs maps "Type.Field" to the field's doc comment in routes.
+func fieldDocs() (map[string]string, map[string]string, error) {
+	fset := token.NewFileSet()
+	pkgs, err := parser.ParseDir(fset, routesSource, nil, parser.ParseComments)
+	if err != nil {
+		return nil, nil, fmt.Errorf("parse %s: %w", routesSource, err)
+	}
+	fields, types := map[string]string{}, map[string]string{}
+	for name, p := range pkgs {
+		if strings.HasSuffix(name, "_test") {
+			continue
+		}
+		d := doc.New(p, "github.com/leasebridge/leasebridge/routes", doc.AllDecls)
+		for _, t := range d.Types {
+			types[t.Name] = oneLine(t.Doc)
+			for _, spec := range t.Decl.Specs {
+				st, ok := spec.(*ast.TypeSpec).Type.(*ast.StructType)
+				if !ok {
+					continue
+				}
+				for _, f := range st.Fields.List {
+					text := f.Doc.Text()
+					if text == "" {
+						text = f.Comment.Text()
+					}
+					for _, n := range f.Names {
+						fields[t.Name+"."+n.Name] = oneLine(text)
+					}
+					if len(f.Names) == 0 { // embedded
+						if id, ok := f.Type.(*ast.Ident); ok {
+							fields[t.Name+"."+id.Name] = oneLine(text)
+						}
+					}
+				}
+			}
+		}
+	}
+	return fields, types, nil
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+var (
+	durationType     = reflect.TypeOf(routes.Duration(0))
+	brokerHealthType = reflect.TypeOf(routes.BrokerHealth{})
+)
+
+func typeName(t reflect.Type) string {
+	switch {
+	case t == durationType:
+		return "duration"
+	case t == brokerHealthType:
+		return "`off` or duration"
+	}
+	switch t.Kind() {
+	case reflect.Pointer:
+		return typeName(t.Elem())
+	case reflect.Slice:
+		return "list of " + typeName(t.Elem())
+	case reflect.Map:
+		return "map of name to " + typeName(t.Elem())
+	case reflect.Struct:
+		return strings.ToLower(t.Name())
+	case reflect.Float64:
+		return "number"
+	case reflect.Int:
+		return "integer"
+	}
+	return t.Kind().String()
+}
+
+type section struct {
+	title string
+	path  string
+	t     reflect.Type
+}
+
+// configReference renders one table per configuration block, with every
+// key's type, default and documentation.
+func configReference() (string, error) {
+	fields, types, err := fieldDocs()
+	if err != nil {
+		return "", err
+	}
+	defaults := routes.DefaultValues()
+	var b strings.Builder
+	queue := []section{{"Top level", "", reflect.TypeOf(routes.Config{})}}
+	seen := map[reflect.Type]bool{}
+	for len(queue) > 0 {
+		s := queue[0]
+		queue = queue[1:]
+		if seen[s.t] {
+			continue
+		}
+		seen[s.t] = true
+		fmt.Fprintf(&b, "## %s\n\n", s.title)
+		if d := types[s.t.Name()]; d != "" {
+			fmt.Fprintf(&b, "%s\n\n", d)
+		}
+		b.WriteString("| key | type | default | meaning |\n|---|---|---|---|\n")
+		var rows func(t reflect.Type, owner string)
+		rows = func(t reflect.Type, owner string) {
+			for i := 0; i < t.NumField(); i++ {
+				f := t.Field(i)
+				name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+				if name == "-" || !f.IsExported() {
+					continue
+				}
+				if opts == "inline" {
+					rows(f.Type, f.Type.Name())
+					continue
+				}
+				path := name
+				if s.path != "" {
+					path = s.path + "." + name
+				}
+				def := defaults[path]
+				if def == "" {
+					def = "-"
+				} else {
+					def = "`" + def + "`"
+				}
+				desc := fields[owner+"."+f.Name]
+				fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", name, typeName(f.Type), def, strings.ReplaceAll(desc, "|", "\\|"))
+				inner := f.Type
+				for inner.Kind() == reflect.Pointer || inner.Kind() == reflect.Slice || inner.Kind() == reflect.Map {
+					suffix := ".*"
+					if inner.Kind() == reflect.Slice {
+						suffix = "[*]"
+					}
+					if inner.Kind() != reflect.Pointer {
+						path += suffix
+					}
+					inner = inner.Elem()
+				}
+				if inner.Kind() == reflect.Struct && inner != durationType && inner != brokerHealthType {
+					queue = append(queue, section{"`" + path + "`", path, inner})
+				}
+			}
+		}
+		rows(s.t, s.t.Name())
+		b.WriteString("\n")
+	}
+	return b.String(), nil
+}
