@@ -22,14 +22,19 @@ type Config struct {
 	// persistent OPC UA client certificate.
 	DataDir string `yaml:"data_dir"`
 	// HTTPListen is the address of /metrics, /healthz and /readyz.
-	HTTPListen string     `yaml:"http_listen"`
+	HTTPListen string `yaml:"http_listen"`
+	// LeaseStore is where the lease rows live.
 	LeaseStore LeaseStore `yaml:"lease_store"`
 	// Manager holds the defaults of every manager input; a route's own
 	// manager block overrides them field by field.
-	Manager Manager            `yaml:"manager"`
+	Manager Manager `yaml:"manager"`
+	// Brokers are the MQTT brokers routes publish to and bridge between,
+	// by name.
 	Brokers map[string]*Broker `yaml:"brokers"`
+	// Devices are the exclusive device connections, by name.
 	Devices map[string]*Device `yaml:"devices"`
-	Routes  []*Route           `yaml:"routes"`
+	// Routes are the data flows; each runs under the lease of its session.
+	Routes []*Route `yaml:"routes"`
 
 	// positions maps key paths to where they were written.
 	positions map[string]pos
@@ -39,42 +44,68 @@ type Config struct {
 type LeaseStore struct {
 	// Endpoints of the etcd cluster; empty on a standalone node means the
 	// embedded single-member store in DataDir.
-	Endpoints   []string `yaml:"endpoints"`
-	KeyPrefix   string   `yaml:"key_prefix"`
+	Endpoints []string `yaml:"endpoints"`
+	// KeyPrefix is prepended to each session id to form its lease key.
+	KeyPrefix string `yaml:"key_prefix"`
+	// DialTimeout bounds connecting to the cluster at start-up.
 	DialTimeout Duration `yaml:"dial_timeout"`
-	TLS         *TLS     `yaml:"tls"`
+	// TLS is the client TLS setup for https endpoints.
+	TLS         *TLS `yaml:"tls"`
 	Credentials `yaml:",inline"`
 }
 
 // Credentials are a user name and a password read from a file or an
 // environment variable, never written into the configuration itself.
 type Credentials struct {
-	Username     string `yaml:"username"`
+	// Username to authenticate as.
+	Username string `yaml:"username"`
+	// PasswordFile is a file holding the password (trailing newline ignored).
 	PasswordFile string `yaml:"password_file"`
-	PasswordEnv  string `yaml:"password_env"`
+	// PasswordEnv names an environment variable holding the password.
+	PasswordEnv string `yaml:"password_env"`
 }
 
 // TLS is a client TLS setup from PEM files.
 type TLS struct {
-	CAFile             string `yaml:"ca_file"`
-	CertFile           string `yaml:"cert_file"`
-	KeyFile            string `yaml:"key_file"`
-	ServerName         string `yaml:"server_name"`
-	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"`
+	// CAFile holds the PEM certificates the server is verified against;
+	// empty means the system roots.
+	CAFile string `yaml:"ca_file"`
+	// CertFile and KeyFile are the client certificate and key, for mutual TLS.
+	CertFile string `yaml:"cert_file"`
+	// KeyFile is the client certificate's private key.
+	KeyFile string `yaml:"key_file"`
+	// ServerName overrides the name the server certificate must carry.
+	ServerName string `yaml:"server_name"`
+	// InsecureSkipVerify disables server verification; for tests only.
+	InsecureSkipVerify bool `yaml:"insecure_skip_verify"`
 }
 
 // Manager is the set of manager inputs; a nil field is not pinned.
 type Manager struct {
-	LeaseTTL             *Duration     `yaml:"lease_ttl"`
-	RenewInterval        *Duration     `yaml:"renew_interval"`
-	LeaseRenewJitter     *Duration     `yaml:"lease_renew_jitter"`
-	RenewCallTimeout     *Duration     `yaml:"renew_call_timeout"`
-	AcquirePollInterval  *Duration     `yaml:"acquire_poll_interval"`
-	MaxRenewFails        *int          `yaml:"max_renew_fails"`
-	StepDownGrace        *Duration     `yaml:"step_down_grace"`
+	// LeaseTTL is how long a standby must see the same row revision before
+	// it takes the row over.
+	LeaseTTL *Duration `yaml:"lease_ttl"`
+	// RenewInterval is the owner's renew cadence.
+	RenewInterval *Duration `yaml:"renew_interval"`
+	// LeaseRenewJitter spreads renewals uniformly over renew_interval +-
+	// lease_renew_jitter/2.
+	LeaseRenewJitter *Duration `yaml:"lease_renew_jitter"`
+	// RenewCallTimeout bounds every lease-store call (one Acquire shares one).
+	RenewCallTimeout *Duration `yaml:"renew_call_timeout"`
+	// AcquirePollInterval is a standby's poll period, jittered by +-1/4.
+	AcquirePollInterval *Duration `yaml:"acquire_poll_interval"`
+	// MaxRenewFails is the failed-renew streak after which every round also
+	// runs an authoritative ownership read.
+	MaxRenewFails *int `yaml:"max_renew_fails"`
+	// StepDownGrace is the settlement grace of a broker-path step-down.
+	StepDownGrace *Duration `yaml:"step_down_grace"`
+	// BrokerHealthStepDown is off, or how long the broker path may stay not
+	// converged before the owner steps down; required with failover_slo.
 	BrokerHealthStepDown *BrokerHealth `yaml:"broker_health_step_down"`
-	StartupAllowance     *Duration     `yaml:"startup_allowance"`
-	FailoverSLO          *Duration     `yaml:"failover_slo"`
+	// StartupAllowance is added to both budgets (process start, restarts).
+	StartupAllowance *Duration `yaml:"startup_allowance"`
+	// FailoverSLO is the declared objective both budgets must fit.
+	FailoverSLO *Duration `yaml:"failover_slo"`
 }
 
 // Broker is an MQTT broker reached through the paho transport.
@@ -85,10 +116,13 @@ type Broker struct {
 	// "{session}" and "{node}" are replaced. Default: leasebridge-{session}.
 	ClientID string `yaml:"client_id"`
 	// ProtocolVersion is 3 (MQTT 3.1) or 4 (MQTT 3.1.1), what paho supports.
-	ProtocolVersion int  `yaml:"protocol_version"`
-	TLS             *TLS `yaml:"tls"`
-	Credentials     `yaml:",inline"`
-	KeepAlive       Duration `yaml:"keepalive"`
+	ProtocolVersion int `yaml:"protocol_version"`
+	// TLS is the client TLS setup for ssl://, tls://, mqtts:// and wss://.
+	TLS         *TLS `yaml:"tls"`
+	Credentials `yaml:",inline"`
+	// KeepAlive is the MQTT keepalive, in whole seconds; a cut path is
+	// detected within about 1.5 times it.
+	KeepAlive Duration `yaml:"keepalive"`
 	// ConnectTimeout bounds one connect attempt.
 	ConnectTimeout Duration `yaml:"connect_timeout"`
 	// ReconcileTimeout bounds subscribing every topic after a connect.
@@ -101,7 +135,8 @@ type Broker struct {
 	// StatusTopic carries the session's owner, epoch and state, retained;
 	// "{session}" is replaced. Default: leasebridge/{session}/status.
 	StatusTopic string `yaml:"status_topic"`
-	Line        int    `yaml:"-"`
+	// Line is where the broker is defined.
+	Line int `yaml:"-"`
 }
 
 // Device kinds.
@@ -118,57 +153,76 @@ type Device struct {
 	Kind string `yaml:"kind"`
 	// Address is host:port (modbus_tcp, s7), a serial device path
 	// (modbus_rtu) or an opc.tcp:// endpoint (opcua).
-	Address        string   `yaml:"address"`
+	Address string `yaml:"address"`
+	// ConnectTimeout bounds one connection attempt.
 	ConnectTimeout Duration `yaml:"connect_timeout"`
 	// RequestTimeout bounds one request and the first read of activation.
 	RequestTimeout Duration `yaml:"request_timeout"`
-	CloseTimeout   Duration `yaml:"close_timeout"`
+	// CloseTimeout bounds closing the connection.
+	CloseTimeout Duration `yaml:"close_timeout"`
 
-	// Modbus.
+	// UnitID is the Modbus unit (slave) id.
 	UnitID *int `yaml:"unit_id"`
 	// ByteOrder is the device default: ABCD, DCBA, BADC or CDAB.
 	ByteOrder string `yaml:"byte_order"`
 	// MergeRequests joins adjacent registers into one request.
-	MergeRequests *bool  `yaml:"merge_requests"`
-	Serial        Serial `yaml:"serial"`
+	MergeRequests *bool `yaml:"merge_requests"`
+	// Serial is the serial line of a modbus_rtu device.
+	Serial Serial `yaml:"serial"`
 
-	// S7.
+	// Rack of an S7 CPU.
 	Rack int `yaml:"rack"`
+	// Slot of an S7 CPU.
 	Slot int `yaml:"slot"`
 
-	// OPC UA.
+	// SecurityPolicy of an OPC UA session: None or Basic256Sha256.
 	SecurityPolicy string `yaml:"security_policy"`
-	SecurityMode   string `yaml:"security_mode"`
-	CertFile       string `yaml:"cert_file"`
-	KeyFile        string `yaml:"key_file"`
-	Credentials    `yaml:",inline"`
+	// SecurityMode of an OPC UA session: None, Sign or SignAndEncrypt.
+	SecurityMode string `yaml:"security_mode"`
+	// CertFile is the OPC UA client certificate; generated in data_dir and
+	// kept there when empty.
+	CertFile string `yaml:"cert_file"`
+	// KeyFile is the OPC UA client certificate's key.
+	KeyFile     string `yaml:"key_file"`
+	Credentials `yaml:",inline"`
 
+	// Groups are the device's poll groups.
 	Groups []*PollGroup `yaml:"groups"`
-	Line   int          `yaml:"-"`
+	// Line is where the device is defined.
+	Line int `yaml:"-"`
 }
 
 // Serial is the serial line of a Modbus RTU device.
 type Serial struct {
-	BaudRate int    `yaml:"baud_rate"`
-	DataBits int    `yaml:"data_bits"`
-	Parity   string `yaml:"parity"`
-	StopBits int    `yaml:"stop_bits"`
+	// BaudRate in bits per second.
+	BaudRate int `yaml:"baud_rate"`
+	// DataBits per character.
+	DataBits int `yaml:"data_bits"`
+	// Parity is N (none), E (even) or O (odd).
+	Parity string `yaml:"parity"`
+	// StopBits is 1 or 2.
+	StopBits int `yaml:"stop_bits"`
 }
 
 // PollGroup is a set of tags read together at one interval.
 type PollGroup struct {
-	Name     string   `yaml:"name"`
+	// Name identifies the group in routes and topics.
+	Name string `yaml:"name"`
+	// Interval is the poll period (the sampling interval of a subscription).
 	Interval Duration `yaml:"interval"`
 	// Mode is poll (default) or, for OPC UA, subscribe.
 	Mode string `yaml:"mode"`
 	// PublishingInterval and Deadband apply to OPC UA subscriptions.
 	PublishingInterval Duration `yaml:"publishing_interval"`
-	Tags               []*Tag   `yaml:"tags"`
-	Line               int      `yaml:"-"`
+	// Tags are the values read together.
+	Tags []*Tag `yaml:"tags"`
+	// Line is where the group is defined.
+	Line int `yaml:"-"`
 }
 
 // Tag is one named value on a device.
 type Tag struct {
+	// Name identifies the tag in topics and write requests; unique per device.
 	Name string `yaml:"name"`
 	// Address is a register number (Modbus), a TIA address such as
 	// DB1.DBW10 (S7), or a node id such as ns=2;s=Temp (OPC UA).
@@ -177,15 +231,23 @@ type Tag struct {
 	Register string `yaml:"register"`
 	// Type is bool, int16, uint16, int32, uint32, int64, uint64, float32,
 	// float64 or string.
-	Type      string   `yaml:"type"`
-	ByteOrder string   `yaml:"byte_order"`
-	Bit       *int     `yaml:"bit"`
-	Length    int      `yaml:"length"`
-	Scale     *float64 `yaml:"scale"`
-	Offset    float64  `yaml:"offset"`
-	Deadband  float64  `yaml:"deadband"`
-	Writable  bool     `yaml:"writable"`
-	Line      int      `yaml:"-"`
+	Type string `yaml:"type"`
+	// ByteOrder overrides the device's byte_order for this tag.
+	ByteOrder string `yaml:"byte_order"`
+	// Bit selects one bit (0..15) of a register for a bool tag.
+	Bit *int `yaml:"bit"`
+	// Length of a string: registers (Modbus) or bytes (S7).
+	Length int `yaml:"length"`
+	// Scale multiplies the raw value (value = raw*scale + offset).
+	Scale *float64 `yaml:"scale"`
+	// Offset is added after scale.
+	Offset float64 `yaml:"offset"`
+	// Deadband is the smallest change that is published (on_change).
+	Deadband float64 `yaml:"deadband"`
+	// Writable allows write requests to the tag.
+	Writable bool `yaml:"writable"`
+	// Line is where the tag is defined.
+	Line int `yaml:"-"`
 }
 
 // Route kinds.
@@ -197,9 +259,13 @@ const (
 
 // Route is one data flow of a session.
 type Route struct {
-	Name    string `yaml:"name"`
+	// Name identifies the route; unique, required.
+	Name string `yaml:"name"`
+	// Session names the lease the route runs under; several routes may
+	// share one and must then agree on every manager input.
 	Session string `yaml:"session"`
-	Kind    string `yaml:"kind"`
+	// Kind is poll, write or bridge.
+	Kind string `yaml:"kind"`
 	// Device is the device of a poll or write route.
 	Device string `yaml:"device"`
 	// Broker is the (local) broker the route publishes to and reads from.
@@ -212,28 +278,37 @@ type Route struct {
 	Topic string `yaml:"topic"`
 	// Publish is on_change (default) or every_poll.
 	Publish string `yaml:"publish"`
-	QoS     int    `yaml:"qos"`
-	Retain  bool   `yaml:"retain"`
-	// RequestTopic and ReplyTopic belong to a write route.
+	// QoS of the route's publications and subscriptions: 0, 1 or 2.
+	QoS int `yaml:"qos"`
+	// Retain publishes each topic's last value as retained.
+	Retain bool `yaml:"retain"`
+	// RequestTopic is where a write route receives write requests.
 	RequestTopic string `yaml:"request_topic"`
-	ReplyTopic   string `yaml:"reply_topic"`
+	// ReplyTopic is where a write route answers them.
+	ReplyTopic string `yaml:"reply_topic"`
 	// Remote is the remote broker of a bridge route.
-	Remote string      `yaml:"remote"`
+	Remote string `yaml:"remote"`
+	// Topics are a bridge route's topic mappings.
 	Topics []*TopicMap `yaml:"topics"`
 	// Manager overrides the file's manager inputs for this route's session.
 	Manager Manager `yaml:"manager"`
-	Line    int     `yaml:"-"`
+	// Line is where the route is defined.
+	Line int `yaml:"-"`
 }
 
 // TopicMap maps topics across a bridge route.
 type TopicMap struct {
 	// From is a filter on the source broker; To is the target prefix or
 	// topic. Direction is in (remote -> local, default) or out.
-	From      string `yaml:"from"`
-	To        string `yaml:"to"`
+	From string `yaml:"from"`
+	// To is the target prefix (ending in /) or topic; empty keeps the topic.
+	To string `yaml:"to"`
+	// Direction is in (remote to local) or out (local to remote).
 	Direction string `yaml:"direction"`
-	QoS       int    `yaml:"qos"`
-	Line      int    `yaml:"-"`
+	// QoS of the mapping's subscription and publications.
+	QoS int `yaml:"qos"`
+	// Line is where the mapping is defined.
+	Line int `yaml:"-"`
 }
 
 // Duration is a time.Duration written as a Go duration string ("45s").

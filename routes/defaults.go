@@ -1,6 +1,11 @@
 package routes
 
 import (
+	"fmt"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/leasebridge/leasebridge/admission"
@@ -59,6 +64,9 @@ func setInt(i *int, def int) {
 
 // applyDefaults fills every optional field left empty.
 func (c *Config) applyDefaults() {
+	if c.DeploymentMode == "" {
+		c.DeploymentMode = admission.Standalone
+	}
 	setStr(&c.HTTPListen, DefaultHTTPListen)
 	setStr(&c.DataDir, DefaultDataDir)
 	setStr(&c.LeaseStore.KeyPrefix, DefaultKeyPrefix)
@@ -151,3 +159,98 @@ func (d *Device) ActivationBound() time.Duration {
 
 // CloseBound is the longest the device transport's close may take.
 func (d *Device) CloseBound() time.Duration { return d.CloseTimeout.D() }
+
+// DefaultValues reports the default of every optional key, by key path with
+// "*" for a name or an index ("brokers.*.connect_timeout"), as applied to an
+// otherwise empty configuration. Device keys whose default depends on the
+// kind list the kinds it applies to. docs/configuration.md is generated
+// from it, so the page cannot drift from the code.
+func DefaultValues() map[string]string {
+	kinds := []string{KindModbusTCP, KindModbusRTU, KindS7, KindOPCUA}
+	c := &Config{Brokers: map[string]*Broker{"*": {}}, Devices: map[string]*Device{}}
+	for _, k := range kinds {
+		c.Devices[k] = &Device{Kind: k, Groups: []*PollGroup{{}}}
+	}
+	for _, k := range []string{RoutePoll, RouteWrite, RouteBridge} {
+		c.Routes = append(c.Routes, &Route{Kind: k, Topics: []*TopicMap{{}}})
+	}
+	c.applyDefaults()
+	raw := map[string]map[string]bool{} // path -> value -> seen
+	perKind := map[string][]string{}    // device path -> kinds
+	collect(reflect.ValueOf(c).Elem(), "", func(path, value string) {
+		if strings.HasSuffix(path, ".kind") {
+			return // set above to reach each kind's defaults, not a default
+		}
+		if rest, ok := strings.CutPrefix(path, "devices."); ok {
+			kind, field, _ := strings.Cut(rest, ".")
+			path = "devices.*." + field
+			perKind[path] = append(perKind[path], kind)
+		}
+		if rest, ok := strings.CutPrefix(path, "routes."); ok {
+			_, field, _ := strings.Cut(rest, ".")
+			path = "routes.*." + field
+		}
+		if raw[path] == nil {
+			raw[path] = map[string]bool{}
+		}
+		raw[path][value] = true
+	})
+	out := map[string]string{}
+	for path, values := range raw {
+		vs := make([]string, 0, len(values))
+		for v := range values {
+			vs = append(vs, v)
+		}
+		sort.Strings(vs)
+		d := strings.Join(vs, " or ")
+		if ks := perKind[path]; len(ks) > 0 && len(ks) < len(kinds) {
+			sort.Strings(ks)
+			d += " (" + strings.Join(slices.Compact(ks), ", ") + ")"
+		}
+		out[path] = d
+	}
+	return out
+}
+
+// collect calls emit for every non-zero scalar below v with its key path.
+func collect(v reflect.Value, path string, emit func(path, value string)) {
+	switch v.Kind() {
+	case reflect.Pointer:
+		if !v.IsNil() {
+			collect(v.Elem(), path, emit)
+		}
+	case reflect.Struct:
+		if v.Type() == reflect.TypeOf(BrokerHealth{}) {
+			return
+		}
+		for i := 0; i < v.NumField(); i++ {
+			f := v.Type().Field(i)
+			name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			if name == "-" || !f.IsExported() {
+				continue
+			}
+			if opts == "inline" {
+				collect(v.Field(i), path, emit)
+				continue
+			}
+			collect(v.Field(i), join(path, name), emit)
+		}
+	case reflect.Map:
+		for _, k := range v.MapKeys() {
+			collect(v.MapIndex(k), join(path, k.String()), emit)
+		}
+	case reflect.Slice:
+		for i := 0; i < v.Len(); i++ {
+			collect(v.Index(i), path+"[*]", emit)
+		}
+	default:
+		if v.IsZero() {
+			return
+		}
+		if v.Type() == reflect.TypeOf(Duration(0)) {
+			emit(path, admission.FormatSeconds(time.Duration(v.Int())))
+			return
+		}
+		emit(path, fmt.Sprint(v.Interface()))
+	}
+}

@@ -58,8 +58,6 @@ func (c *Config) validate() Errors {
 	add := func(path, format string, args ...any) { errs = append(errs, c.errAt(path, format, args...)) }
 
 	switch c.DeploymentMode {
-	case "":
-		c.DeploymentMode = admission.Standalone
 	case admission.Standalone, admission.Clustered:
 	default:
 		add("deployment_mode", "unknown deployment_mode %q: want standalone or clustered", c.DeploymentMode)

@@ -138,7 +138,12 @@ func configReference() (string, error) {
 				} else {
 					def = "`" + def + "`"
 				}
-				desc := fields[owner+"."+f.Name]
+				// Go doc comments start with the field name; the page
+				// names the key instead.
+				desc := strings.TrimPrefix(fields[owner+"."+f.Name], f.Name+" ")
+				if desc != "" {
+					desc = strings.ToUpper(desc[:1]) + desc[1:]
+				}
 				fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", name, typeName(f.Type), def, strings.ReplaceAll(desc, "|", "\\|"))
 				inner := f.Type
 				for inner.Kind() == reflect.Pointer || inner.Kind() == reflect.Slice || inner.Kind() == reflect.Map {
