@@ -140,9 +140,9 @@ func configReference() (string, error) {
 				}
 				// Go doc comments start with the field name; the page
 				// names the key instead.
-				desc := strings.TrimPrefix(fields[owner+"."+f.Name], f.Name+" ")
-				if desc != "" {
-					desc = strings.ToUpper(desc[:1]) + desc[1:]
+				desc := fields[owner+"."+f.Name]
+				if rest, ok := strings.CutPrefix(desc, f.Name+" "); ok {
+					desc = "`" + name + "` " + rest
 				}
 				fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", name, typeName(f.Type), def, strings.ReplaceAll(desc, "|", "\\|"))
 				inner := f.Type
