@@ -116,7 +116,7 @@ func TestActivationStalls(t *testing.T) {
 			f := startFake(t, true, never, 0)
 			f.connackAfter = testConnect - 30*time.Millisecond
 			return f.url(), func() int { _, c, _ := f.counts(); return c }
-		}, true, "reconcile not done"},
+		}, true, "reconcile"},
 		{"status puback never sent", func(t *testing.T) (string, func() int) {
 			f := startFake(t, true, 0, never)
 			return f.url(), func() int { _, c, _ := f.counts(); return c }
@@ -244,7 +244,10 @@ func TestConfigErrors(t *testing.T) {
 		"tls on tcp":    func(b *routes.Broker) { b.TLS = &routes.TLS{} },
 		"env unset":     func(b *routes.Broker) { b.PasswordEnv = "LEASEBRIDGE_TEST_UNSET_VARIABLE" },
 		"no file":       func(b *routes.Broker) { b.PasswordFile = "/nonexistent/pw" },
-		"ca missing":    func(b *routes.Broker) { b.URL = "ssl://127.0.0.1:8883"; b.TLS = &routes.TLS{CAFile: "/nonexistent/ca.pem"} },
+		"ca missing": func(b *routes.Broker) {
+			b.URL = "ssl://127.0.0.1:8883"
+			b.TLS = &routes.TLS{CAFile: "/nonexistent/ca.pem"}
+		},
 	} {
 		b := testBroker("tcp://127.0.0.1:1883")
 		mut(&b)

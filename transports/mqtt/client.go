@@ -107,7 +107,7 @@ type Client struct {
 	id       Identity
 	state    transports.State
 	changed  chan struct{}
-	pc       paho.Client // the live connection, nil when there is none
+	pc       paho.Client   // the live connection, nil when there is none
 	gone     chan struct{} // closed when pc is lost or torn down
 	conns    map[*trackedConn]struct{}
 	attempts int
