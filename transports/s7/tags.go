@@ -1,0 +1,297 @@
+package s7
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/leasebridge/leasebridge/routes"
+)
+
+// area is an S7 memory area code as it appears on the wire.
+type area byte
+
+const (
+	areaI  area = 0x81
+	areaQ  area = 0x82
+	areaM  area = 0x83
+	areaDB area = 0x84
+)
+
+func (a area) String() string {
+	switch a {
+	case areaI:
+		return "I"
+	case areaQ:
+		return "Q"
+	case areaM:
+		return "M"
+	}
+	return "DB"
+}
+
+// dataType is a tag's value type; S7 values are big-endian.
+type dataType string
+
+const (
+	typeBool    dataType = "bool"
+	typeInt8    dataType = "int8"
+	typeUint8   dataType = "uint8"
+	typeInt16   dataType = "int16"
+	typeUint16  dataType = "uint16"
+	typeInt32   dataType = "int32"
+	typeUint32  dataType = "uint32"
+	typeInt64   dataType = "int64"
+	typeUint64  dataType = "uint64"
+	typeFloat32 dataType = "float32"
+	typeFloat64 dataType = "float64"
+	typeString  dataType = "string"
+)
+
+// sizes of the fixed-size types in bytes.
+var sizes = map[dataType]int{
+	typeBool: 1, typeInt8: 1, typeUint8: 1, typeInt16: 2, typeUint16: 2,
+	typeInt32: 4, typeUint32: 4, typeFloat32: 4, typeInt64: 8, typeUint64: 8, typeFloat64: 8,
+}
+
+// typeAliases maps TIA type names to ours.
+var typeAliases = map[string]dataType{
+	"byte": typeUint8, "usint": typeUint8, "sint": typeInt8, "char": typeUint8,
+	"word": typeUint16, "uint": typeUint16, "int": typeInt16,
+	"dword": typeUint32, "udint": typeUint32, "dint": typeInt32, "real": typeFloat32,
+	"lword": typeUint64, "ulint": typeUint64, "lint": typeInt64, "lreal": typeFloat64,
+}
+
+// maxString is the longest S7 STRING.
+const maxString = 254
+
+// tag is a parsed routes.Tag.
+type tag struct {
+	name     string
+	address  string
+	area     area
+	db       int
+	start    int // first byte
+	bit      int // bit of a bool, else -1
+	size     int // bytes on the PLC, the STRING header included
+	typ      dataType
+	strMax   int // declared length of a STRING
+	scale    *float64
+	offset   float64
+	writable bool
+}
+
+var (
+	reDB     = regexp.MustCompile(`^DB(\d+)\.DB([XBWD])(\d+)(?:\.(\d+))?$`)
+	reDBStr  = regexp.MustCompile(`^DB(\d+)\.(?:DB)?STRING(\d+)\.(\d+)$`)
+	reArea   = regexp.MustCompile(`^([MIEQA])([XBWD]?)(\d+)(?:\.(\d+))?$`)
+	addrForm = `want DB<n>.DBX<byte>.<bit>, DB<n>.DBB<byte>, DB<n>.DBW<byte>, DB<n>.DBD<byte>, DB<n>.STRING<byte>.<length>, or M, I (E) or Q (A) with X/B/W/D, e.g. M10.3, MW20, IB0, QD4`
+)
+
+// parseTag validates one tag. Errors name the tag and the offending field
+// and say what is expected.
+func parseTag(tg *routes.Tag) (*tag, error) {
+	if tg.Name == "" {
+		return nil, fmt.Errorf("%w: a tag at address %q has no name", ErrConfig, tg.Address)
+	}
+	t := &tag{name: tg.Name, address: tg.Address, bit: -1, scale: tg.Scale, offset: tg.Offset, writable: tg.Writable}
+	bad := func(why string) error {
+		return fmt.Errorf("%w: tag %q: address %q: %s", ErrAddress, tg.Name, tg.Address, why)
+	}
+	if tg.Register != "" {
+		return nil, fmt.Errorf("%w: tag %q: register applies to Modbus; an S7 address names its area", ErrConfig, tg.Name)
+	}
+	if tg.ByteOrder != "" {
+		return nil, fmt.Errorf("%w: tag %q: byte_order applies to Modbus; S7 values are big-endian", ErrConfig, tg.Name)
+	}
+	addr := strings.ToUpper(strings.ReplaceAll(tg.Address, " ", ""))
+	var width, num, sub string
+	switch {
+	case reDBStr.MatchString(addr):
+		m := reDBStr.FindStringSubmatch(addr)
+		t.area, width, num, sub = areaDB, "S", m[2], m[3]
+		t.db, _ = strconv.Atoi(m[1])
+	case reDB.MatchString(addr):
+		m := reDB.FindStringSubmatch(addr)
+		t.area, width, num, sub = areaDB, m[2], m[3], m[4]
+		t.db, _ = strconv.Atoi(m[1])
+	case reArea.MatchString(addr):
+		m := reArea.FindStringSubmatch(addr)
+		t.area = map[string]area{"M": areaM, "I": areaI, "E": areaI, "Q": areaQ, "A": areaQ}[m[1]]
+		width, num, sub = m[2], m[3], m[4]
+		if width == "" {
+			if sub == "" {
+				return nil, bad(addrForm)
+			}
+			width = "X"
+		}
+	default:
+		return nil, bad(addrForm)
+	}
+	if t.area == areaDB && (t.db < 1 || t.db > 65535) {
+		return nil, bad("DB number must be 1..65535")
+	}
+	var err error
+	if t.start, err = strconv.Atoi(num); err != nil || t.start > 65535 {
+		return nil, bad("byte offset must be 0..65535")
+	}
+	typ := dataType(strings.ToLower(strings.TrimSpace(tg.Type)))
+	if a, ok := typeAliases[string(typ)]; ok {
+		typ = a
+	}
+	switch width {
+	case "X":
+		if sub == "" {
+			return nil, bad("a bit address needs .<bit>, e.g. DB1.DBX0.3")
+		}
+		if t.bit, err = strconv.Atoi(sub); err != nil || t.bit > 7 {
+			return nil, bad("bit must be 0..7")
+		}
+		if typ == "" {
+			typ = typeBool
+		}
+		if typ != typeBool {
+			return nil, fmt.Errorf("%w: tag %q: type %q: a bit address holds a bool", ErrConfig, tg.Name, tg.Type)
+		}
+	case "S":
+		t.strMax, err = strconv.Atoi(sub)
+		if err != nil || t.strMax < 1 || t.strMax > maxString {
+			return nil, bad(fmt.Sprintf("STRING length must be 1..%d", maxString))
+		}
+		if typ != "" && typ != typeString {
+			return nil, fmt.Errorf("%w: tag %q: type %q: a STRING address holds a string", ErrConfig, tg.Name, tg.Type)
+		}
+		typ = typeString
+	default:
+		if sub != "" {
+			return nil, bad("only a bit address (X) takes .<bit>")
+		}
+		def := map[string]dataType{"B": typeUint8, "W": typeUint16, "D": typeUint32}[width]
+		if typ == "" {
+			typ = def
+		}
+		if typ == typeBool {
+			return nil, fmt.Errorf("%w: tag %q: a bool needs a bit address such as DB1.DBX0.0", ErrConfig, tg.Name)
+		}
+		if typ == typeString {
+			if width != "B" {
+				return nil, fmt.Errorf("%w: tag %q: a string needs a byte address (DB1.DBB10) or DB1.STRING10.<length>", ErrConfig, tg.Name)
+			}
+			t.strMax = tg.Length
+			if t.strMax < 1 || t.strMax > maxString {
+				return nil, fmt.Errorf("%w: tag %q: a string needs length 1..%d", ErrConfig, tg.Name, maxString)
+			}
+		} else if _, ok := sizes[typ]; !ok {
+			return nil, fmt.Errorf("%w: tag %q: type %q: want bool, int8, uint8, int16, uint16, int32, uint32, int64, uint64, float32, float64 or string (or a TIA name such as INT, DINT, REAL, LREAL)", ErrConfig, tg.Name, tg.Type)
+		} else if width != "B" && sizes[typ] != sizes[def] {
+			// DBB only fixes the start, so it may begin a value of any
+			// size; DBW and DBD promise a width.
+			return nil, fmt.Errorf("%w: tag %q: type %q is %d bytes but %s addresses %d; use DBB (or MB, IB, QB) to start a value of another size", ErrConfig, tg.Name, typ, sizes[typ], width, sizes[def])
+		}
+	}
+	t.typ = typ
+	t.size = sizes[typ]
+	if typ == typeString {
+		t.size = t.strMax + 2
+	}
+	if t.start+t.size > 65536 {
+		return nil, bad("the value runs past byte 65535")
+	}
+	if (t.scale != nil || t.offset != 0) && (typ == typeBool || typ == typeString) {
+		return nil, fmt.Errorf("%w: tag %q: scale and offset apply to numbers, not to %s", ErrConfig, tg.Name, typ)
+	}
+	if t.scale != nil && *t.scale == 0 {
+		return nil, fmt.Errorf("%w: tag %q: scale 0 would make every value the offset and writes impossible", ErrConfig, tg.Name)
+	}
+	return t, nil
+}
+
+// span is a run of bytes of one area (and DB) that covers one or more tags
+// and is read as one or more data items.
+type span struct {
+	area  area
+	db    int
+	start int
+	size  int
+	tags  []int // indexes into the group's tags
+}
+
+// spans joins tags whose bytes touch or overlap. Gaps are never read: bytes
+// between tags may lie beyond the end of a DB and fail the whole item.
+func spans(tags []*tag) []span {
+	idx := make([]int, len(tags))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool {
+		ta, tb := tags[idx[a]], tags[idx[b]]
+		if ta.area != tb.area {
+			return ta.area < tb.area
+		}
+		if ta.db != tb.db {
+			return ta.db < tb.db
+		}
+		return ta.start < tb.start
+	})
+	var out []span
+	for _, i := range idx {
+		t := tags[i]
+		if n := len(out); n > 0 {
+			s := &out[n-1]
+			if s.area == t.area && s.db == t.db && t.start <= s.start+s.size {
+				s.size = max(s.size, t.start+t.size-s.start)
+				s.tags = append(s.tags, i)
+				continue
+			}
+		}
+		out = append(out, span{area: t.area, db: t.db, start: t.start, size: t.size, tags: []int{i}})
+	}
+	return out
+}
+
+// Sizes of S7 telegram parts that bound a read by the PDU length.
+const (
+	maxItems       = 20 // items in one read job
+	readReqHeader  = 19 // TPKT + COTP + S7 header + function and count, as gos7 counts it
+	readItemSpec   = 12 // one variable specification
+	readAckHeader  = 14 // S7 ack-data header + function and count
+	readItemHeader = 4  // return code, transport size, length
+	writeOverhead  = 35 // a single-item write job before its data
+)
+
+// chunk is one data item: part of a span.
+type chunk struct {
+	span   int // index into the group's spans
+	offset int // from the span's start
+	size   int
+}
+
+// pack cuts spans into items of at most pdu-18 bytes and packs the items
+// into read jobs whose request and reply both fit the PDU, 20 items at
+// most.
+func pack(ss []span, pdu int) [][]chunk {
+	maxData := pdu - readAckHeader - readItemHeader
+	var jobs [][]chunk
+	var cur []chunk
+	reqSize, respSize := readReqHeader, readAckHeader
+	for si, s := range ss {
+		for off := 0; off < s.size; off += maxData {
+			c := chunk{span: si, offset: off, size: min(maxData, s.size-off)}
+			// Every item but the last is padded to an even length.
+			cost := readItemHeader + c.size + c.size%2
+			if len(cur) > 0 && (len(cur) == maxItems || reqSize+readItemSpec > pdu || respSize+cost > pdu) {
+				jobs = append(jobs, cur)
+				cur, reqSize, respSize = nil, readReqHeader, readAckHeader
+			}
+			cur = append(cur, c)
+			reqSize += readItemSpec
+			respSize += cost
+		}
+	}
+	if len(cur) > 0 {
+		jobs = append(jobs, cur)
+	}
+	return jobs
+}
