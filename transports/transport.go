@@ -4,7 +4,7 @@
 //
 // A transport is opened only by the owner of the session's lease, under the
 // owner context the lease manager cancels at the self-fence deadline, and
-// with a deadline equal to the activation bound the transport disclosed to
+// must finish activating within the activation bound it disclosed to
 // admission. Transports never import the lease package.
 package transports
 
@@ -27,9 +27,11 @@ type Transport interface {
 	// CloseBound is the longest Close may take; admission subtracts it from
 	// the self-fence deadline.
 	CloseBound() time.Duration
-	// Open connects and activates the transport. ctx is the owner context
-	// with a deadline no later than ActivationBound from now; when ctx ends
-	// every connection opened under it is closed.
+	// Open connects and activates the transport and returns within
+	// ActivationBound, which the transport enforces itself (the supervisor
+	// also abandons and closes an Open that overruns it). ctx is the owner
+	// context, without a deadline: when it is cancelled every connection
+	// opened under it is closed at once.
 	Open(ctx context.Context) error
 	// Close releases every connection within CloseBound. It is safe after a
 	// failed Open and when called twice.
