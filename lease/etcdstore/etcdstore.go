@@ -1,0 +1,148 @@
+// Package etcdstore is the etcd implementation of lease.Store, and the
+// only package of leasebridge that imports the etcd client. A session's
+// row lives at KeyPrefix + session id as JSON {owner, node, epoch}; its
+// version is the key's ModRevision. Every read is linearizable, every
+// write is a transaction comparing the ModRevision, and every call is
+// bounded by its context and by CallTimeout.
+package etcdstore
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/leasebridge/leasebridge/lease"
+)
+
+// Config locates and authenticates to the etcd cluster.
+type Config struct {
+	Endpoints   []string
+	DialTimeout time.Duration
+	// CertFile and KeyFile are the client certificate; CAFile verifies
+	// the server. Setting any of them turns TLS on.
+	CertFile, KeyFile, CAFile string
+	// Username and Password enable etcd authentication when Username is
+	// set.
+	Username, Password string
+	// KeyPrefix is prepended to every session id.
+	KeyPrefix string
+	// CallTimeout bounds every call in addition to its context; it is the
+	// session's renew_call_timeout. Zero leaves the bound to the context.
+	CallTimeout time.Duration
+}
+
+// ErrConfig reports an unusable store configuration.
+var ErrConfig = errors.New("lease: invalid etcd store config")
+
+// Store is a lease.Store on etcd.
+type Store struct {
+	cli     *clientv3.Client
+	prefix  string
+	timeout time.Duration
+}
+
+var _ lease.Store = (*Store)(nil)
+
+// New connects to etcd. With authentication it fetches a token, which
+// blocks until ctx or DialTimeout ends; without, it returns at once and
+// connects in the background, so a bridge can start while etcd is down.
+func New(ctx context.Context, cfg Config) (*Store, error) {
+	if len(cfg.Endpoints) == 0 {
+		return nil, fmt.Errorf("%w: no endpoints", ErrConfig)
+	}
+	var tlsCfg *tls.Config
+	if cfg.CertFile != "" || cfg.KeyFile != "" || cfg.CAFile != "" {
+		info := transport.TLSInfo{CertFile: cfg.CertFile, KeyFile: cfg.KeyFile, TrustedCAFile: cfg.CAFile}
+		var err error
+		if tlsCfg, err = info.ClientConfig(); err != nil {
+			return nil, fmt.Errorf("%w: tls (cert %q, key %q, ca %q): %w", ErrConfig, cfg.CertFile, cfg.KeyFile, cfg.CAFile, err)
+		}
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   cfg.Endpoints,
+		DialTimeout: cfg.DialTimeout,
+		TLS:         tlsCfg,
+		Username:    cfg.Username,
+		Password:    cfg.Password,
+		Logger:      zap.NewNop(),
+		Context:     context.WithoutCancel(ctx),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: connect to %v: %w", lease.ErrUnavailable, cfg.Endpoints, err)
+	}
+	return &Store{cli: cli, prefix: cfg.KeyPrefix, timeout: cfg.CallTimeout}, nil
+}
+
+// Close closes the client.
+func (s *Store) Close() error { return s.cli.Close() }
+
+func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if s.timeout > 0 {
+		return context.WithTimeout(ctx, s.timeout)
+	}
+	return context.WithCancel(ctx)
+}
+
+// Read implements lease.Store with a linearizable read.
+func (s *Store) Read(ctx context.Context, key string) (lease.Row, int64, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	k := s.prefix + key
+	resp, err := s.cli.Get(ctx, k)
+	if err != nil {
+		return lease.Row{}, 0, fmt.Errorf("%w: read %q: %w", lease.ErrUnavailable, k, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return lease.Row{}, 0, nil
+	}
+	kv := resp.Kvs[0]
+	var row lease.Row
+	if err := json.Unmarshal(kv.Value, &row); err != nil {
+		return lease.Row{}, 0, fmt.Errorf("etcdstore: key %q holds %q, not a lease row: %w", k, kv.Value, err)
+	}
+	return row, kv.ModRevision, nil
+}
+
+// ReadAuthoritative implements lease.Store. etcd's default read is
+// linearizable: it goes through the leader's read index, so it sees every
+// write that landed before it, acknowledged or not.
+func (s *Store) ReadAuthoritative(ctx context.Context, key string) (lease.Row, int64, error) {
+	return s.Read(ctx, key)
+}
+
+// CompareAndSwap implements lease.Store as one transaction on the key's
+// ModRevision (0: the key must not exist).
+func (s *Store) CompareAndSwap(ctx context.Context, key string, expect int64, row lease.Row) (int64, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	k := s.prefix + key
+	val, err := json.Marshal(row)
+	if err != nil {
+		return 0, fmt.Errorf("etcdstore: encode row for %q: %w", k, err)
+	}
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(k), "=", expect)).
+		Then(clientv3.OpPut(k, string(val))).
+		Commit()
+	if err != nil {
+		return 0, fmt.Errorf("%w: compare-and-swap %q at revision %d to %s: %w", lease.ErrUnavailable, k, expect, val, err)
+	}
+	if !resp.Succeeded {
+		return 0, fmt.Errorf("%w: key %q is no longer at revision %d", lease.ErrConflict, k, expect)
+	}
+	// The transaction's only write carries the header's revision.
+	return resp.Header.Revision, nil
+}
+
+// Release implements lease.Store.
+func (s *Store) Release(ctx context.Context, key string, expect int64, epoch uint64) error {
+	_, err := s.CompareAndSwap(ctx, key, expect, lease.Row{Epoch: epoch})
+	return err
+}
