@@ -370,7 +370,7 @@ func (p *Proxy) pump(c *conn, upward bool) {
 		// the client's reader ending ends this connection.
 		p.waitEnded(c)
 	}
-	p.finish(c, err)
+	p.finish(c, upward, err)
 }
 
 // waitEnded blocks until the other pump of c has finished.
@@ -386,9 +386,12 @@ func (p *Proxy) waitEnded(c *conn) {
 	}
 }
 
-// finish records one direction's end; the first end closes both sockets so
-// a half-closed stream never keeps a connection counted as open.
-func (p *Proxy) finish(c *conn, err error) {
+// finish records one direction's end (upward: the client's side ended).
+// Outside a blackhole the first end closes both sockets so a half-closed
+// stream never keeps a connection counted as open. Inside a blackhole the
+// other side stays open: a partition hides a peer's close as well as its
+// bytes, so the client must find out through its own keepalive.
+func (p *Proxy) finish(c *conn, upward bool, err error) {
 	p.mu.Lock()
 	c.ended++
 	first := c.ended == 1
@@ -401,9 +404,15 @@ func (p *Proxy) finish(c *conn, err error) {
 		c.stats.Open = false
 		p.current--
 	}
+	hide := first && p.mode == Blackhole && !p.closed && c.up != nil
 	p.notifyLocked()
 	p.mu.Unlock()
-	if first {
+	switch {
+	case hide && upward:
+		_ = c.client.Close()
+	case hide:
+		_ = c.up.Close()
+	default:
 		_ = c.client.Close()
 		if c.up != nil {
 			_ = c.up.Close()

@@ -234,6 +234,43 @@ func TestBlackholeDropsBothWaysAndKeepsSockets(t *testing.T) {
 	}
 }
 
+// A target closing its side during a blackhole is hidden from the client
+// too; once traffic passes again the client's next write finds the end.
+func TestBlackholeHidesPeerClose(t *testing.T) {
+	tg := newTarget(t)
+	p := start(t, tg.ln.Addr().String())
+	c := dial(t, p)
+	srv := tg.next(t)
+	waitFor(t, p, "registered", func(s Stats) bool { return s.Current == 1 })
+	if err := p.SetMode(Blackhole); err != nil {
+		t.Fatal(err)
+	}
+	srv.Close()
+	// Not a speed check: only whether the close leaks through (EOF) or
+	// not (the read deadline passes).
+	_ = c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if _, err := c.Read(make([]byte, 1)); !isTimeout(err) {
+		t.Fatalf("client saw %v through a blackhole, want nothing", err)
+	}
+	if s := p.Stats(); s.Current != 1 || !s.Conns[0].Open {
+		t.Fatalf("stats %+v", s)
+	}
+	if err := p.SetMode(Pass); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetDeadline(time.Now().Add(waitTimeout))
+	var err error
+	for err == nil { // the first write may be buffered before the failure shows
+		if _, err = c.Write([]byte("x")); err == nil {
+			_, err = c.Read(make([]byte, 1))
+		}
+	}
+	if isTimeout(err) {
+		t.Fatalf("client connection not ended after the blackhole lifted: %v", err)
+	}
+	waitFor(t, p, "closed", func(s Stats) bool { return s.Current == 0 })
+}
+
 func TestResetClosesAllAndRefusesNew(t *testing.T) {
 	tg := newTarget(t)
 	p := start(t, tg.ln.Addr().String())

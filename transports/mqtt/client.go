@@ -113,7 +113,6 @@ type Client struct {
 	attempts int
 	life     context.Context // one ownership, from Open to Close
 	stop     context.CancelCauseFunc
-	unhook   func() bool // releases the owner-context hook
 	lost     chan error
 	wg       sync.WaitGroup // Open in progress and the supervisor
 }
@@ -262,9 +261,9 @@ var errClosing = errors.New("mqtt: closing")
 func reserve(bound time.Duration) time.Duration { return min(bound/20, 100*time.Millisecond) }
 
 // Open connects and reconciles within the activation bound (see the
-// package documentation). ctx is the owner context: cancelling it closes
-// the connection at once without a DISCONNECT, so the broker publishes the
-// last will; its deadline bounds Open only.
+// package documentation), or within ctx's deadline when that is earlier.
+// ctx bounds Open only: the connection then lives, reconnecting by itself,
+// until Close.
 func (c *Client) Open(ctx context.Context) error {
 	start := time.Now()
 	c.opMu.Lock()
@@ -275,15 +274,12 @@ func (c *Client) Open(ctx context.Context) error {
 		c.mu.Unlock()
 		return fmt.Errorf("%w: broker %s", ErrOpen, c.s.url)
 	}
+	// The connection lives until Close, not until ctx ends: callers wrap
+	// the owner context in the activation deadline and cancel that wrapper
+	// as soon as Open returns. The lease manager calls Close (within
+	// CloseBound) before its self-fence deadline.
 	life, stop := context.WithCancelCause(context.WithoutCancel(ctx))
-	// Only a cancellation of the owner context ends the connection; its
-	// deadline is the activation deadline and bounds Open alone.
-	unhook := context.AfterFunc(ctx, func() {
-		if errors.Is(ctx.Err(), context.Canceled) {
-			stop(fmt.Errorf("broker %s: owner context cancelled: %w", c.s.url, context.Cause(ctx)))
-		}
-	})
-	c.life, c.stop, c.unhook = life, stop, unhook
+	c.life, c.stop = life, stop
 	// A new ownership starts unconverged now, not at the previous loss.
 	c.setStateLocked(false, nil, start)
 	c.state.Since = start
@@ -295,6 +291,9 @@ func (c *Client) Open(ctx context.Context) error {
 	}
 	actx, cancel := context.WithDeadline(life, deadline.Add(-reserve(c.s.bound)))
 	defer cancel()
+	// Cancelling ctx during Open abandons the activation.
+	unhook := context.AfterFunc(ctx, cancel)
+	defer unhook()
 
 	pc, err := c.activate(actx)
 	if err == nil {
@@ -310,10 +309,9 @@ func (c *Client) Open(ctx context.Context) error {
 	if err != nil {
 		c.teardown(pc, false, 0)
 		c.mu.Lock()
-		c.life, c.stop, c.unhook = nil, nil, nil
+		c.life, c.stop = nil, nil
 		c.setStateLocked(false, err, time.Now())
 		c.mu.Unlock()
-		unhook()
 		stop(err)
 		if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
 			err = fmt.Errorf("%w (%w)", err, cerr)
@@ -653,11 +651,9 @@ func (c *Client) Close(ctx context.Context) error {
 		c.mu.Unlock()
 		return nil
 	}
-	unhook := c.unhook
-	c.life, c.stop, c.unhook = nil, nil, nil
+	c.life, c.stop = nil, nil
 	pc := c.pc
 	c.mu.Unlock()
-	unhook()
 
 	var err error
 	if pc != nil && pc.IsConnectionOpen() {
