@@ -233,11 +233,14 @@ func pingCheckInterval(keepAlive time.Duration) time.Duration {
 }
 
 // DetectionBound is the longest a silent cut (no FIN, no RST: a blackhole)
-// can go unnoticed at this keepalive: paho pings once nothing was received
-// for a keepalive (checked every pingCheckInterval), then waits
-// pingTimeout for the answer (checked the same way):
-// keepalive + pingTimeout + 2*pingCheckInterval. The step-down clock starts
-// only after this detection.
+// can go unreported at this keepalive. paho checks the connection every
+// pingCheckInterval (ci): it pings once nothing was received for a
+// keepalive (first check after that: up to ci late), waits pingTimeout
+// for the answer (checked the same way, and the ping time is taken just
+// after a check: up to ci late again), then stops its workers before it
+// reports the loss, for which one more ci is allowed:
+// keepalive + pingTimeout + 3*ci (2.75s at a 1s keepalive, 60s at 30s).
+// The step-down clock starts only after this detection.
 func DetectionBound(keepAlive time.Duration) time.Duration {
-	return keepAlive + pingTimeout(keepAlive) + 2*pingCheckInterval(keepAlive)
+	return keepAlive + pingTimeout(keepAlive) + 3*pingCheckInterval(keepAlive)
 }
