@@ -32,7 +32,7 @@ type Faults struct {
 	Latency time.Duration
 	// Drop is the probability that a call is lost before it takes effect.
 	Drop float64
-	// LoseResponse is the probability that a call takes effect but its
+	// LoseResponse is the probability that a write lands but its
 	// response is lost.
 	LoseResponse float64
 	// Partitioned loses every call.
@@ -70,11 +70,11 @@ func (m *MemStore) Get(key string) (Row, int64) {
 }
 
 // call runs apply under the fault knobs.
-func (m *MemStore) call(ctx context.Context, key string, apply func()) error {
+func (m *MemStore) call(ctx context.Context, key string, write bool, apply func()) error {
 	m.mu.Lock()
 	f := m.faults
 	drop := f.Partitioned || (f.Drop > 0 && m.rnd.Float64() < f.Drop)
-	lose := !drop && f.LoseResponse > 0 && m.rnd.Float64() < f.LoseResponse
+	lose := write && !drop && f.LoseResponse > 0 && m.rnd.Float64() < f.LoseResponse
 	m.mu.Unlock()
 	if f.Latency > 0 {
 		t := time.NewTimer(f.Latency)
@@ -100,7 +100,7 @@ func (m *MemStore) call(ctx context.Context, key string, apply func()) error {
 // Read implements Store.
 func (m *MemStore) Read(ctx context.Context, key string) (Row, int64, error) {
 	var r memRow
-	err := m.call(ctx, key, func() { r = m.rows[key] })
+	err := m.call(ctx, key, false, func() { r = m.rows[key] })
 	if err != nil {
 		return Row{}, 0, err
 	}
@@ -116,7 +116,7 @@ func (m *MemStore) ReadAuthoritative(ctx context.Context, key string) (Row, int6
 func (m *MemStore) CompareAndSwap(ctx context.Context, key string, expect int64, row Row) (int64, error) {
 	var ver int64
 	var conflict error
-	err := m.call(ctx, key, func() {
+	err := m.call(ctx, key, true, func() {
 		cur := m.rows[key]
 		if cur.ver != expect {
 			conflict = fmt.Errorf("%w: key %q at version %d, expected %d", ErrConflict, key, cur.ver, expect)

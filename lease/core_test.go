@@ -1,0 +1,236 @@
+package lease
+
+import (
+	"errors"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/leasebridge/leasebridge/admission"
+)
+
+var testTiming = admission.Timing{
+	LeaseTTL:            2 * time.Second,
+	RenewInterval:       300 * time.Millisecond,
+	RenewJitter:         100 * time.Millisecond,
+	RenewCallTimeout:    200 * time.Millisecond,
+	AcquirePollInterval: 400 * time.Millisecond,
+	StepDownGrace:       time.Second,
+	MaxRenewFails:       2,
+}
+
+func testConfig(t *testing.T, tm admission.Timing, closeBound time.Duration) Config {
+	t.Helper()
+	rep := admission.Evaluate(admission.Inputs{
+		Session: "t", Timing: tm, BrokerHealth: admission.BrokerHealth{Mode: admission.BrokerHealthOff},
+		Transports: []admission.Activation{{Name: "t", Close: closeBound}},
+	})
+	if !rep.Admitted() {
+		t.Fatalf("refused: %v", rep.Refusals)
+	}
+	return ConfigFromReport(rep)
+}
+
+var me = Identity{Node: "n1", Owner: "n1#a"}
+
+func newTestCore(t *testing.T, now time.Duration) (*Core, Config) {
+	t.Helper()
+	cfg := testConfig(t, testTiming, 100*time.Millisecond)
+	c, err := NewCore(cfg, me, "k", rand.New(rand.NewPCG(1, 2)), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, cfg
+}
+
+func wantOp(t *testing.T, s Step, kind OpKind) Op {
+	t.Helper()
+	if s.Op.Kind != kind {
+		t.Fatalf("op = %v, want %v (step %+v)", s.Op.Kind, kind, s)
+	}
+	return s.Op
+}
+
+func wantEvent(t *testing.T, s Step, kind EventKind) Event {
+	t.Helper()
+	for _, ev := range s.Events {
+		if ev.Kind == kind {
+			return ev
+		}
+	}
+	t.Fatalf("no %v event in %+v", kind, s.Events)
+	return Event{}
+}
+
+// own takes a missing row: read at 0, CAS at 10ms, landed at 20ms.
+func own(t *testing.T) (*Core, Config) {
+	t.Helper()
+	c, cfg := newTestCore(t, 0)
+	op := wantOp(t, c.Tick(0), OpRead)
+	if op.Deadline != cfg.RenewCallTimeout {
+		t.Fatalf("read deadline %v, want renew_call_timeout", op.Deadline)
+	}
+	cas := wantOp(t, c.Done(10*time.Millisecond, Result{}), OpCAS)
+	if cas.Expect != 0 || cas.Row != (Row{Owner: me.Owner, Node: me.Node, Epoch: 1}) || cas.Deadline != op.Deadline {
+		t.Fatalf("takeover CAS %+v: want expect 0, epoch 1, the read's deadline", cas)
+	}
+	s := c.Done(20*time.Millisecond, Result{Version: 5})
+	ev := wantEvent(t, s, EventBecameOwner)
+	if ev.Epoch != 1 || ev.Observed != 10*time.Millisecond {
+		t.Fatalf("became owner %+v", ev)
+	}
+	if _, dl, ok := c.Owner(); !ok || dl != 10*time.Millisecond+cfg.FenceAfter {
+		t.Fatalf("deadline %v, want CAS send (10ms) + fence_after", dl)
+	}
+	return c, cfg
+}
+
+func TestTakesMissingRowInOneCall(t *testing.T) { own(t) }
+
+func TestTakeoverOnlyAfterLeaseTTLOfUnchangedRevision(t *testing.T) {
+	c, cfg := newTestCore(t, 0)
+	other := Row{Owner: "n2#b", Node: "n2", Epoch: 4}
+	now := time.Duration(0)
+	s := c.Tick(now)
+	var base time.Duration
+	rev := int64(7)
+	lo := admission.MinJitteredPoll(cfg.AcquirePollInterval)
+	hi, _ := admission.PollBoundary(cfg.AcquirePollInterval)
+	for i := 0; ; i++ {
+		wantOp(t, s, OpRead)
+		now += 3 * time.Millisecond
+		if i == 2 {
+			rev = 9 // the owner renewed: a new baseline
+		}
+		s = c.Done(now, Result{Row: other, Version: rev})
+		if i == 0 || i == 2 {
+			base = now
+		}
+		if s.Op.Kind == OpCAS {
+			if now-base < cfg.LeaseTTL || i < 3 {
+				t.Fatalf("takeover CAS %v after the baseline, before lease_ttl %v", now-base, cfg.LeaseTTL)
+			}
+			if s.Op.Expect != 9 || s.Op.Row.Epoch != 5 {
+				t.Fatalf("takeover %+v, want CAS on revision 9 to epoch 5", s.Op)
+			}
+			ev := wantEvent(t, c.Done(now+time.Millisecond, Result{Version: 10}), EventBecameOwner)
+			if ev.Observed != base {
+				t.Fatalf("observed %v, want the baseline %v", ev.Observed, base)
+			}
+			return
+		}
+		if w := s.WakeAt - now; w < lo || w > hi {
+			t.Fatalf("poll wait %v outside [%v, %v]", w, lo, hi)
+		}
+		now = s.WakeAt
+		s = c.Tick(now)
+	}
+}
+
+func TestReleasedRowTakenAtOnce(t *testing.T) {
+	c, _ := newTestCore(t, 0)
+	wantOp(t, c.Tick(0), OpRead)
+	op := wantOp(t, c.Done(time.Millisecond, Result{Row: Row{Epoch: 8}, Version: 3}), OpCAS)
+	if op.Expect != 3 || op.Row.Epoch != 9 {
+		t.Fatalf("takeover of a released row: %+v", op)
+	}
+}
+
+func TestRenewDeadlineFromSendInstant(t *testing.T) {
+	c, cfg := own(t)
+	s := c.Tick(20 * time.Millisecond)
+	half := cfg.RenewJitter / 2
+	if w := s.WakeAt - 20*time.Millisecond; w < cfg.RenewInterval-half || w > cfg.RenewInterval+half {
+		t.Fatalf("renew after %v, want renew_interval +- jitter/2", w)
+	}
+	sent := s.WakeAt
+	op := wantOp(t, c.Tick(sent), OpCAS)
+	if op.Expect != 5 || op.Deadline != sent+cfg.RenewCallTimeout {
+		t.Fatalf("renew %+v", op)
+	}
+	c.Done(sent+150*time.Millisecond, Result{Version: 11})
+	if _, dl, _ := c.Owner(); dl != sent+cfg.FenceAfter {
+		t.Fatalf("deadline %v, want renew send %v + fence_after", dl, sent)
+	}
+}
+
+func TestLostRenewResponsesAdopted(t *testing.T) {
+	c, cfg := own(t)
+	lost := errors.New("timeout")
+	// Renews whose responses are lost, max_renew_fails in a row.
+	var sends []time.Duration
+	var now time.Duration
+	var s Step
+	for i := range cfg.MaxRenewFails {
+		now = c.nextRenew
+		wantOp(t, c.Tick(now), OpCAS)
+		sends = append(sends, now)
+		s = c.Done(now+cfg.RenewCallTimeout, Result{Err: lost})
+		if i < cfg.MaxRenewFails-1 && s.Op.Kind != OpNone {
+			t.Fatalf("authoritative read before max_renew_fails: %+v", s.Op)
+		}
+	}
+	wantOp(t, s, OpAuthRead)
+	s = c.Done(now+cfg.RenewCallTimeout+time.Millisecond, Result{Row: Row{Owner: me.Owner, Node: me.Node, Epoch: 1}, Version: 12})
+	if len(s.Events) != 0 {
+		t.Fatalf("events %+v on adoption", s.Events)
+	}
+	if _, dl, ok := c.Owner(); !ok || dl != sends[0]+cfg.FenceAfter {
+		t.Fatalf("after adoption deadline %v, want first unacknowledged renew %v + fence_after", dl, sends[0])
+	}
+	op := wantOp(t, c.Tick(c.nextRenew), OpCAS)
+	if op.Expect != 12 {
+		t.Fatalf("next renew expects %d, want the adopted revision 12", op.Expect)
+	}
+}
+
+func TestFenceAndHoldBeforeReclaim(t *testing.T) {
+	c, cfg := own(t)
+	_, dl, _ := c.Owner()
+	s := c.Tick(dl)
+	wantEvent(t, s, EventFenced)
+	if c.State() != StateStandby {
+		t.Fatal("not standby after fence")
+	}
+	if hold := dl + cfg.LeaseTTL - cfg.FenceAfter; s.WakeAt != hold {
+		t.Fatalf("next acquire at %v, want old deadline + lease_ttl - fence_after = %v", s.WakeAt, hold)
+	}
+}
+
+func TestConflictThenOtherOwnerIsLost(t *testing.T) {
+	c, _ := own(t)
+	now := c.nextRenew
+	wantOp(t, c.Tick(now), OpCAS)
+	wantOp(t, c.Done(now+time.Millisecond, Result{Err: ErrConflict}), OpAuthRead)
+	s := c.Done(now+2*time.Millisecond, Result{Row: Row{Owner: "n2#b", Epoch: 2}, Version: 30})
+	wantEvent(t, s, EventLost)
+	if c.State() != StateStandby {
+		t.Fatal("not standby after loss")
+	}
+}
+
+func TestReleaseResolvesOwnLandedWrite(t *testing.T) {
+	c, _ := own(t)
+	now := 30 * time.Millisecond
+	op := wantOp(t, c.Release(now), OpRelease)
+	if op.Expect != 5 || op.Row != (Row{Epoch: 1}) {
+		t.Fatalf("release %+v", op)
+	}
+	wantOp(t, c.Done(now+time.Millisecond, Result{Err: ErrConflict}), OpAuthRead)
+	op = wantOp(t, c.Done(now+2*time.Millisecond, Result{Row: Row{Owner: me.Owner, Epoch: 1}, Version: 6}), OpRelease)
+	if op.Expect != 6 {
+		t.Fatalf("second release expects %d, want 6", op.Expect)
+	}
+	ev := wantEvent(t, c.Done(now+3*time.Millisecond, Result{}), EventReleased)
+	if ev.Err != nil || c.State() != StateStopped {
+		t.Fatalf("released %+v state %v", ev, c.State())
+	}
+}
+
+func TestConfigValidateRefusesLateFence(t *testing.T) {
+	cfg := testConfig(t, testTiming, 0)
+	cfg.FenceAfter = cfg.LeaseTTL
+	if err := cfg.Validate(); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("fence_after = lease_ttl accepted: %v", err)
+	}
+}

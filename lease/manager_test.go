@@ -1,0 +1,127 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/leasebridge/leasebridge/admission"
+)
+
+// A fast cadence for run-loop tests on the in-memory store.
+var fastTiming = admission.Timing{
+	LeaseTTL:            400 * time.Millisecond,
+	RenewInterval:       60 * time.Millisecond,
+	RenewJitter:         20 * time.Millisecond,
+	RenewCallTimeout:    40 * time.Millisecond,
+	AcquirePollInterval: 40 * time.Millisecond,
+	StepDownGrace:       time.Second,
+	MaxRenewFails:       2,
+}
+
+func runManager(t *testing.T, st Store, node string, cfg Config) (*Manager, chan Event, context.CancelFunc) {
+	t.Helper()
+	ev := make(chan Event, 100)
+	m, err := NewManager(Options{Store: st, Key: "s", Identity: Identity{Node: node, Owner: node + "#t"}, Config: cfg,
+		OnEvent: func(e Event) { ev <- e }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = m.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return m, ev, cancel
+}
+
+func next(t *testing.T, ch chan Event, kind EventKind) Event {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case e := <-ch:
+			if e.Kind == kind {
+				return e
+			}
+		case <-timeout:
+			t.Fatalf("no %v event", kind)
+		}
+	}
+}
+
+func TestManagerFencesWhenStoreUnreachable(t *testing.T) {
+	cfg := testConfig(t, fastTiming, 20*time.Millisecond)
+	st := NewMemStore()
+	m, ev, _ := runManager(t, st, "a", cfg)
+	became := next(t, ev, EventBecameOwner)
+	o := became.Owner
+	if o == nil || !o.Valid() || m.Owner() != o {
+		t.Fatal("no valid owner handle")
+	}
+	st.SetFaults(Faults{Partitioned: true})
+	<-o.Context().Done()
+	at := Now()
+	if !errors.Is(context.Cause(o.Context()), ErrFenced) {
+		t.Fatalf("cause %v, want ErrFenced", context.Cause(o.Context()))
+	}
+	if at < o.Deadline() || o.Valid() {
+		t.Fatalf("context ended %v before the deadline, or handle still valid", o.Deadline()-at)
+	}
+	next(t, ev, EventFenced)
+	st.SetFaults(Faults{})
+	// The row is still ours: reclaimed without waiting lease_ttl, but only
+	// after the old term's close bound and margin.
+	again := next(t, ev, EventBecameOwner)
+	if again.Epoch != became.Epoch+1 || again.At < o.Deadline()+cfg.LeaseTTL-cfg.FenceAfter {
+		t.Fatalf("reclaim %+v, old deadline %v", again, o.Deadline())
+	}
+}
+
+func TestManagerReleaseHandsOver(t *testing.T) {
+	cfg := testConfig(t, fastTiming, 20*time.Millisecond)
+	st := NewMemStore()
+	a, aev, _ := runManager(t, st, "a", cfg)
+	first := next(t, aev, EventBecameOwner)
+	_, bev, _ := runManager(t, st, "b", cfg)
+	if err := a.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(context.Cause(first.Owner.Context()), ErrReleased) {
+		t.Fatal("owner context not cancelled by release")
+	}
+	got := next(t, bev, EventBecameOwner)
+	if got.Epoch != first.Epoch+1 {
+		t.Fatalf("epoch %d after %d", got.Epoch, first.Epoch)
+	}
+	if err := a.Release(context.Background()); !errors.Is(err, ErrStopped) {
+		t.Fatalf("second release: %v, want ErrStopped", err)
+	}
+}
+
+func TestManagerAdoptsLostResponses(t *testing.T) {
+	cfg := testConfig(t, fastTiming, 20*time.Millisecond)
+	st := NewMemStore()
+	_, ev, _ := runManager(t, st, "a", cfg)
+	became := next(t, ev, EventBecameOwner)
+	// Every write lands, every response is lost: the owner keeps the row
+	// only by adopting its own writes, so it must not lose it.
+	st.SetFaults(Faults{LoseResponse: 1})
+	time.Sleep(3 * fastTiming.LeaseTTL)
+	st.SetFaults(Faults{})
+	row, _ := st.Get("s")
+	if row.Owner != "a#t" || row.Epoch != became.Epoch {
+		t.Fatalf("row %+v", row)
+	}
+	select {
+	case e := <-ev:
+		t.Fatalf("%v while every write landed: %+v", e.Kind, e)
+	default:
+	}
+	if o := became.Owner; !o.Valid() {
+		t.Fatal("owner no longer valid")
+	}
+	if st.Writes("s") < 4 {
+		t.Fatalf("only %d writes landed", st.Writes("s"))
+	}
+}
