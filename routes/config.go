@@ -4,6 +4,9 @@
 package routes
 
 import (
+	"fmt"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/leasebridge/leasebridge/admission"
@@ -319,3 +322,24 @@ func (d Duration) D() time.Duration { return time.Duration(d) }
 
 // BrokerHealth is broker_health_step_down as written: off or a duration.
 type BrokerHealth admission.BrokerHealth
+
+// Password reads the password from password_file (trailing newline
+// dropped) or password_env; empty when neither is set. It is read when a
+// connection is made, never at admission.
+func (c Credentials) Password() (string, error) {
+	switch {
+	case c.PasswordFile != "":
+		b, err := os.ReadFile(c.PasswordFile)
+		if err != nil {
+			return "", fmt.Errorf("routes: password_file: %w", err)
+		}
+		return strings.TrimRight(string(b), "\r\n"), nil
+	case c.PasswordEnv != "":
+		v, ok := os.LookupEnv(c.PasswordEnv)
+		if !ok {
+			return "", fmt.Errorf("routes: password_env %s is not set", c.PasswordEnv)
+		}
+		return v, nil
+	}
+	return "", nil
+}

@@ -2,11 +2,15 @@
 // S7, OPC UA, an MQTT bridge) open on exactly one node of a fleet, with
 // failover no slower than the budget admission prints.
 //
+//	leasebridge run -c FILE                 the bridge
 //	leasebridge admit -c FILE [--json]      dry run for CI: opens nothing
 //	leasebridge budget --profile NAME [--json|--markdown]
+//	leasebridge demo                        a takeover against its budget
 //
-// Exit status of admit: 0 admitted, 1 refused, 2 invalid configuration
-// or usage.
+// Exit status: 0 admitted (admit) or stopped cleanly with every lease
+// released (run); 1 refused by admission or a runtime failure; 2 invalid
+// configuration or usage; 75 (run) stepped down after the broker path
+// stayed lost, to be restarted as a standby.
 package main
 
 import (
@@ -31,9 +35,13 @@ func main() {
 }
 
 const usage = `usage:
+  leasebridge run -c FILE [--log-format json|text]
+                                            the bridge: admission, then serve every session
   leasebridge admit -c FILE [--json]        admission dry run: 0 admitted, 1 refused, 2 invalid
   leasebridge budget --profile NAME [--json | --markdown]
                                             a lease profile's budgets (standalone, clustered, all)
+  leasebridge demo                          two bridges, one simulated PLC, a takeover measured
+                                            against its admitted budget
 `
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -46,6 +54,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return admit(args[1:], stdout, stderr)
 	case "budget":
 		return budget(args[1:], stdout, stderr)
+	case "run":
+		return runMain(args[1:], stdout, stderr)
+	case "demo":
+		return demo(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

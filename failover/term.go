@@ -1,0 +1,235 @@
+package failover
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/leasebridge/leasebridge/routes"
+	"github.com/leasebridge/leasebridge/transports"
+	"github.com/leasebridge/leasebridge/transports/mqtt"
+)
+
+// ErrActivation reports a transport that did not open within its
+// disclosed activation bound.
+var ErrActivation = errors.New("failover: activation failed")
+
+// opened is one transport of a term, in the order it was opened.
+type opened struct {
+	t      transports.Transport
+	isMQTT bool
+}
+
+// term is one ownership of a session: the transports it opened and the
+// route workers running on them. A term's transports are built fresh, used
+// once and closed; nothing survives into the next term.
+type term struct {
+	s       *session
+	epoch   uint64
+	owner   string
+	devices map[string]transports.Transport
+	brokers map[string]*mqtt.Client
+	bridges []*mqtt.Bridge
+	writers []*writer
+	order   []opened
+
+	// pending holds the poll routes that have not yet published a first
+	// good value; ServiceLevelFull is reached when it is empty after
+	// activation.
+	mu        sync.Mutex
+	pending   map[string]bool
+	activated bool
+	fullOnce  sync.Once
+	fullCh    chan struct{}
+}
+
+// build creates the term's transports and registers every subscription;
+// nothing is connected yet.
+func (s *session) build(epoch uint64, owner string) (*term, error) {
+	t := &term{s: s, epoch: epoch, owner: owner, devices: map[string]transports.Transport{},
+		brokers: map[string]*mqtt.Client{}, pending: map[string]bool{}, fullCh: make(chan struct{})}
+	cfg := s.sup.o.Config
+	broker := func(name string) (*mqtt.Client, error) {
+		if c, ok := t.brokers[name]; ok {
+			return c, nil
+		}
+		c, err := mqtt.New("mqtt:"+name, mqtt.Config{Broker: *cfg.Brokers[name], Session: s.name, Node: s.sup.o.Node})
+		if err != nil {
+			return nil, err
+		}
+		c.SetIdentity(mqtt.Identity{Owner: owner, Epoch: epoch})
+		t.brokers[name] = c
+		return c, nil
+	}
+	// Open order follows routes.Config.Transports: devices, remote brokers,
+	// local brokers; admission summed exactly these bounds.
+	var devs, remotes, locals []string
+	seen := map[string]bool{}
+	add := func(list *[]string, key string) {
+		if !seen[key] {
+			seen[key] = true
+			*list = append(*list, key)
+		}
+	}
+	for _, r := range s.routes {
+		switch r.Kind {
+		case routes.RoutePoll, routes.RouteWrite:
+			add(&devs, r.Device)
+		case routes.RouteBridge:
+			add(&remotes, r.Remote)
+		}
+		add(&locals, r.Broker)
+	}
+	for _, name := range devs {
+		dev := cfg.Devices[name]
+		tr, err := transports.New(dev.Kind, dev.Kind+":"+name, dev)
+		if err != nil {
+			return nil, fmt.Errorf("session %s: device %s: %w", s.name, name, err)
+		}
+		t.devices[name] = tr
+		t.order = append(t.order, opened{t: tr})
+	}
+	for _, name := range append(remotes, locals...) {
+		c, err := broker(name)
+		if err != nil {
+			return nil, fmt.Errorf("session %s: broker %s: %w", s.name, name, err)
+		}
+		if !containsOpened(t.order, c) {
+			t.order = append(t.order, opened{t: c, isMQTT: true})
+		}
+	}
+	for _, r := range s.routes {
+		switch r.Kind {
+		case routes.RoutePoll:
+			t.pending[r.Name] = true
+		case routes.RouteWrite:
+			w := &writer{t: t, route: r, dev: t.devices[r.Device], local: t.brokers[r.Broker], queue: make(chan mqtt.Message, 64)}
+			t.writers = append(t.writers, w)
+			if err := t.brokers[r.Broker].Subscribe(mqtt.Subscription{Filter: r.RequestTopic, QoS: byte(r.QoS), Handler: w.enqueue}); err != nil {
+				return nil, fmt.Errorf("session %s: route %s: %w", s.name, r.Name, err)
+			}
+		case routes.RouteBridge:
+			b, err := mqtt.NewBridge(r.Name, t.brokers[r.Remote], t.brokers[r.Broker], r.Topics)
+			if err != nil {
+				return nil, fmt.Errorf("session %s: route %s: %w", s.name, r.Name, err)
+			}
+			t.bridges = append(t.bridges, b)
+		}
+	}
+	return t, nil
+}
+
+func containsOpened(list []opened, t transports.Transport) bool {
+	for _, o := range list {
+		if o.t == t {
+			return true
+		}
+	}
+	return false
+}
+
+// openBounded opens tr under ctx and gives up at its activation bound even
+// if the transport overruns it, closing whatever it left behind.
+func openBounded(ctx context.Context, tr transports.Transport) error {
+	bound := tr.ActivationBound()
+	done := make(chan error, 1)
+	go func() { done <- tr.Open(ctx) }()
+	timer := time.NewTimer(bound)
+	defer timer.Stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrActivation, tr.Name(), err)
+		}
+		return nil
+	case <-timer.C:
+		closeBounded(tr)
+		return fmt.Errorf("%w: %s did not open within its activation bound %s", ErrActivation, tr.Name(), bound)
+	}
+}
+
+// closeBounded closes tr within its close bound.
+func closeBounded(tr transports.Transport) error {
+	ctx, cancel := context.WithTimeout(context.Background(), tr.CloseBound())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- tr.Close(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("%s: close exceeded its bound %s", tr.Name(), tr.CloseBound())
+	}
+}
+
+// open activates every transport in order; on failure it closes what was
+// opened.
+func (t *term) open(ctx context.Context) error {
+	for i, o := range t.order {
+		if err := openBounded(ctx, o.t); err != nil {
+			t.s.sup.o.Metrics.TransportErrors.WithLabelValues(t.s.name, o.t.Name(), "open").Inc()
+			t.closeFirst(i)
+			return err
+		}
+	}
+	return nil
+}
+
+// close closes every transport in reverse order, each within its bound.
+func (t *term) close() {
+	t.closeFirst(len(t.order))
+}
+
+func (t *term) closeFirst(n int) {
+	for i := n - 1; i >= 0; i-- {
+		tr := t.order[i].t
+		if err := closeBounded(tr); err != nil {
+			t.s.sup.o.Metrics.TransportErrors.WithLabelValues(t.s.name, tr.Name(), "close").Inc()
+			t.s.log.Warn("close", "transport", tr.Name(), "err", err)
+		}
+	}
+}
+
+// markActivated records that every transport opened.
+func (t *term) markActivated() {
+	t.mu.Lock()
+	t.activated = true
+	t.mu.Unlock()
+	t.checkFull()
+}
+
+// markPublished records a poll route's first good publication.
+func (t *term) markPublished(route string) {
+	t.mu.Lock()
+	delete(t.pending, route)
+	t.mu.Unlock()
+	t.checkFull()
+}
+
+func (t *term) checkFull() {
+	t.mu.Lock()
+	full := t.activated && len(t.pending) == 0
+	t.mu.Unlock()
+	if full {
+		t.fullOnce.Do(func() { close(t.fullCh) })
+	}
+}
+
+// brokerState is the session's broker path as one state: converged when
+// every MQTT transport is, and otherwise not converged since the earliest
+// instant one of them lost convergence.
+func (t *term) brokerState() transports.State {
+	st := transports.State{Converged: true}
+	for _, o := range t.order {
+		if !o.isMQTT {
+			continue
+		}
+		s := o.t.State()
+		if !s.Converged && (st.Converged || s.Since.Before(st.Since)) {
+			st = transports.State{Converged: false, Since: s.Since, Err: s.Err}
+		}
+	}
+	return st
+}
