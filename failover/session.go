@@ -24,7 +24,7 @@ type session struct {
 	// threshold is broker_health_step_down; 0 when off.
 	threshold time.Duration
 	mgr       *lease.Manager
-	log    *slog.Logger
+	log       *slog.Logger
 
 	events eventQueue
 	state  atomic.Value // string, one of States
