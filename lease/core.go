@@ -140,6 +140,7 @@ type Core struct {
 	baseAt      time.Duration
 	observed    time.Duration // Observed of the takeover CAS in flight
 	acqEpoch    uint64        // epoch the takeover CAS in flight writes
+	maxEpoch    uint64        // highest epoch seen in the row
 	nextAcquire time.Duration
 
 	// Owner.
@@ -284,6 +285,9 @@ func (c *Core) toStandby(now time.Duration) {
 	c.ambig = false
 	c.streak = 0
 	c.nextAcquire = max(now, ended+c.cfg.LeaseTTL-c.cfg.FenceAfter)
+	if c.fenceMode == hook.FenceNoHold {
+		c.nextAcquire = now
+	}
 }
 
 // next issues the due call or computes the wake-up instant.
@@ -347,6 +351,7 @@ func (c *Core) onAcquireRead(now time.Duration, r Result, s *Step) {
 		return
 	}
 	row, ver := r.Row, r.Version
+	c.maxEpoch = max(c.maxEpoch, row.Epoch)
 	switch {
 	case ver == 0 || row.Owner == "" || row.Owner == c.id.Owner:
 		// Missing, released, or ours (a takeover whose response was lost,
@@ -368,7 +373,9 @@ func (c *Core) onAcquireRead(now time.Duration, r Result, s *Step) {
 		c.endAcquire(now)
 		return
 	}
-	c.acqEpoch = row.Epoch + 1
+	// The highest epoch seen, not just this row's: a row deleted by hand
+	// must not send the fencing token backwards.
+	c.acqEpoch = c.maxEpoch + 1
 	c.issue(now, pAcqCAS, Op{Kind: OpCAS, Expect: ver, Row: c.myRow(c.acqEpoch)}, s)
 }
 

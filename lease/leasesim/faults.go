@@ -42,7 +42,11 @@ func (s *sim) chaosFault(t, end int64) {
 	l, c := int64(s.sc.l), int64(s.sc.c)
 	n := s.nodes[s.rnd.IntN(len(s.nodes))]
 	undo := t + s.rnd.Int64N(max(1, min(end-t, 2*l)))
-	switch s.rnd.IntN(6) {
+	switch s.rnd.IntN(7) {
+	case 6:
+		m := n.mgrs[s.rnd.IntN(len(n.mgrs))]
+		s.at(t, nil, func() { m.partitioned = true; s.tracef("n%d %s partitioned", n.id, s.keys[m.session]) })
+		s.at(undo, nil, func() { m.partitioned = false })
 	case 0:
 		s.at(t, nil, func() { s.kill(n) })
 		s.at(undo, nil, func() { s.restart(n) })
@@ -100,6 +104,9 @@ func (s *sim) heal(all bool) {
 	for _, n := range s.nodes {
 		if all {
 			s.partition(n, false)
+			for _, m := range n.mgrs {
+				m.partitioned = false
+			}
 			s.resume(n)
 			s.restart(n)
 		}

@@ -27,6 +27,7 @@ const (
 	FenceCorrect      = hook.FenceCorrect
 	FenceNever        = hook.FenceNever
 	FenceFromResponse = hook.FenceFromResponse
+	FenceNoHold       = hook.FenceNoHold
 )
 
 // Options select one simulation.
@@ -147,7 +148,11 @@ type mgr struct {
 	wakeID  uint64
 	term    *term
 	stopped bool
+	// partitioned cuts this manager alone off the store.
+	partitioned bool
 }
+
+func (m *mgr) cut() bool { return m.partitioned || m.n.partitioned }
 
 type term struct {
 	m       *mgr
@@ -408,8 +413,8 @@ func (s *sim) checkSafety(session int) {
 			a, b := ts[i], ts[j]
 			ae, be := s.worstEnd(a), s.worstEnd(b)
 			if a.start < be && b.start < ae {
-				s.failf("safety", "%s: two owners inside their serve windows: %s epoch %d [%v, %v) and %s epoch %d [%v, %v)",
-					s.keys[session], a.m.id.Owner, a.epoch, time.Duration(a.start), time.Duration(ae), b.m.id.Owner, b.epoch, time.Duration(b.start), time.Duration(be))
+				s.failf("safety", "%s: two owners inside their serve windows: %s epoch %d [%v, %s) and %s epoch %d [%v, %s)",
+					s.keys[session], a.m.id.Owner, a.epoch, time.Duration(a.start), fmtEnd(ae), b.m.id.Owner, b.epoch, time.Duration(b.start), fmtEnd(be))
 			}
 		}
 	}
@@ -452,12 +457,12 @@ func (s *sim) send(m *mgr, op lease.Op) {
 	}
 	s.at(max(s.now, n.real(op.Deadline)), n, func() { done(lease.Result{Err: timeoutErr(op)}) })
 	s.tracef("n%d %s send %s expect=%d row=%+v", n.id, op.Key, op.Kind, op.Expect, op.Row)
-	if n.partitioned || (s.drop > 0 && s.rnd.Float64() < s.drop) {
+	if m.cut() || (s.drop > 0 && s.rnd.Float64() < s.drop) {
 		return
 	}
 	gen, who := n.gen, m.id.Owner
 	s.at(s.now+s.latency(), nil, func() {
-		if n.partitioned {
+		if m.cut() {
 			return
 		}
 		r := s.apply(who, op)
@@ -466,7 +471,7 @@ func (s *sim) send(m *mgr, op lease.Op) {
 			return
 		}
 		s.atGen(s.now+s.latency(), n, gen, func() {
-			if n.partitioned {
+			if m.cut() {
 				return
 			}
 			done(r)
@@ -491,4 +496,11 @@ func (s *sim) apply(who string, op lease.Op) lease.Result {
 		s.landed(who, op)
 	}
 	return r
+}
+
+func fmtEnd(t int64) string {
+	if t == maxTime {
+		return "never"
+	}
+	return time.Duration(t).String()
 }

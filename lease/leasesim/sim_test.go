@@ -113,18 +113,22 @@ func TestBrokenFenceCaught(t *testing.T) {
 	t.Logf("caught: %v", f)
 }
 
-// TestResponseAnchoredFence reports whether anchoring the fence at the
-// renew response (a subtle, plausible bug) is caught.
-func TestResponseAnchoredFence(t *testing.T) {
-	n := 2000
-	if testing.Short() {
-		n = 300
+// TestSubtleFenceBugsCaught: anchoring the fence at the renew response
+// instead of its send, and reclaiming one's own row before the fenced
+// term's transports have closed, are both caught.
+func TestSubtleFenceBugsCaught(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mode int
+	}{{"ResponseAnchored", FenceFromResponse}, {"NoHoldAfterFence", FenceNoHold}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, _ := runSeeds(t, 2000, tc.mode)
+			if f == nil {
+				t.Fatalf("broken mode %s passed 2000 seeds", tc.name)
+			}
+			t.Logf("caught: %v", f)
+		})
 	}
-	f, _ := runSeeds(t, n, FenceFromResponse)
-	if f == nil {
-		t.Fatalf("a fence anchored at the renew response passed %d seeds", n)
-	}
-	t.Logf("caught: %v", f)
 }
 
 func TestDeterministic(t *testing.T) {

@@ -8,6 +8,7 @@ const (
 	FenceCorrect      = 0 // deadline = last successful renew sent + FenceAfter
 	FenceNever        = 1 // broken: the owner never fences itself
 	FenceFromResponse = 2 // broken: deadline anchored at the renew response
+	FenceNoHold       = 3 // broken: a fenced owner reclaims before its old term has closed
 )
 
 // SetFenceMode sets the fence mode of a *lease.Core; installed by package
