@@ -29,6 +29,23 @@ type poller struct {
 	last   map[string]transports.Value
 	band   map[string]float64
 	onGood func()
+	// failing remembers an ongoing poll or publish failure, so it is
+	// logged when it starts and when it ends rather than every cycle.
+	failing map[string]bool
+}
+
+// report logs the start and the end of a failure of op; err nil means op
+// succeeded.
+func (p *poller) report(op string, err error, attrs ...any) {
+	s := p.t.s
+	switch {
+	case err != nil && !p.failing[op]:
+		p.failing[op] = true
+		s.log.Warn(op+" failing", append(attrs, "route", p.route.Name, "group", p.group.Name, "err", err)...)
+	case err == nil && p.failing[op]:
+		p.failing[op] = false
+		s.log.Info(op+" recovered", append(attrs, "route", p.route.Name, "group", p.group.Name)...)
+	}
 }
 
 // run polls at the group's interval until ctx ends. Before every device
@@ -53,14 +70,16 @@ func (p *poller) run(ctx context.Context, valid func() bool) {
 func (p *poller) once(ctx context.Context) {
 	s := p.t.s
 	vals, err := p.dev.Poll(ctx, p.group.Name)
+	if ctx.Err() != nil {
+		return
+	}
+	p.report("poll", err)
 	if err != nil {
-		if ctx.Err() == nil {
-			s.sup.o.Metrics.TransportErrors.WithLabelValues(s.name, p.dev.Name(), "poll").Inc()
-			s.log.Warn("poll", "route", p.route.Name, "group", p.group.Name, "err", err)
-		}
+		s.sup.o.Metrics.TransportErrors.WithLabelValues(s.name, p.dev.Name(), "poll").Inc()
 		return
 	}
 	good := false
+	var pubErr error
 	for _, v := range vals {
 		if !p.changed(v) {
 			if v.Quality == transports.Good {
@@ -69,10 +88,11 @@ func (p *poller) once(ctx context.Context) {
 			continue
 		}
 		if err := p.local.PublishValue(ctx, topicFor(p.route, p.group.Name, v.Tag), byte(p.route.QoS), p.route.Retain, v); err != nil {
-			if ctx.Err() == nil {
-				s.sup.o.Metrics.TransportErrors.WithLabelValues(s.name, p.local.Name(), "publish").Inc()
-				s.log.Warn("publish", "route", p.route.Name, "tag", v.Tag, "err", err)
+			if ctx.Err() != nil {
+				return
 			}
+			s.sup.o.Metrics.TransportErrors.WithLabelValues(s.name, p.local.Name(), "publish").Inc()
+			pubErr = err
 			delete(p.last, v.Tag) // publish it again next time
 			continue
 		}
@@ -80,6 +100,7 @@ func (p *poller) once(ctx context.Context) {
 			good = true
 		}
 	}
+	p.report("publish", pubErr)
 	if good {
 		p.onGood()
 	}
