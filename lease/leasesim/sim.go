@@ -37,6 +37,10 @@ type Options struct {
 	FenceMode int
 	// Trace, when set, receives one line per simulated step.
 	Trace io.Writer
+	// ForgetCloseBound breaks the fence interval on purpose (test switch):
+	// the managers fence at lease_ttl - clock_rate_margin, as if closing
+	// took no time.
+	ForgetCloseBound bool
 }
 
 // Failure is a violated assertion; its Seed replays it exactly.
@@ -116,7 +120,7 @@ type node struct {
 }
 
 // local is the node's clock at real instant r: a fixed offset and a rate
-// within +-ClockRatePPM/2 of real time.
+// within +-(ClockRatePPM/2 - 1) ppm of real time.
 func (n *node) local(r int64) time.Duration {
 	return time.Duration(n.off + r + r*n.ppm/1_000_000)
 }
@@ -170,11 +174,17 @@ func (s *sim) worstEnd(t *term) int64 {
 	if t.closed {
 		return t.end
 	}
-	d := t.m.n.real(t.dl)
-	if d >= maxTime-int64(s.sc.close) {
+	return s.closedBy(t.m.n, t.dl)
+}
+
+// closedBy is the real instant by which a term whose context ended at
+// local instant end has closed its transports: the close bound is enforced
+// by the owner's own timers, so it runs on the owner's clock.
+func (s *sim) closedBy(n *node, end time.Duration) int64 {
+	if end >= lease.Never-s.sc.close {
 		return maxTime
 	}
-	return d + int64(s.sc.close)
+	return n.real(end + s.sc.close)
 }
 
 type obligation struct {
@@ -256,6 +266,9 @@ func (s *sim) setup() error {
 		return fmt.Errorf("leasesim: scenario refused by admission: %v", rep.Refusals)
 	}
 	s.cfg = lease.ConfigFromReport(rep)
+	if s.o.ForgetCloseBound {
+		s.cfg.FenceAfter += rep.CloseBound
+	}
 	od, err := admission.OwnerDeath(t, 0, 0)
 	if err != nil {
 		return err
@@ -277,7 +290,10 @@ func (s *sim) setup() error {
 	}
 	s.terms = make([][]*term, ns)
 	s.epoch = make([]uint64, ns)
-	half := int64(admission.ClockRatePPM / 2)
+	// Rates within +-499 ppm of real time: any two clocks' rates then
+	// differ by a ratio of at most 1 + ClockRatePPM/1e6, the bound
+	// admission's clock_rate_margin is computed for.
+	half := int64(admission.ClockRatePPM/2 - 1)
 	for i := range nn {
 		n := &node{id: i, off: s.rnd.Int64N(int64(1000 * time.Second)), ppm: s.rnd.Int64N(2*half+1) - half}
 		s.nodes = append(s.nodes, n)
@@ -383,7 +399,7 @@ func (s *sim) onEvent(m *mgr, ev lease.Event) {
 		}
 	case lease.EventLost:
 		if m.term != nil {
-			s.closeTerm(m, min(s.now+int64(s.sc.close), s.worstEnd(m.term)))
+			s.closeTerm(m, min(s.closedBy(m.n, m.n.local(s.now)), s.worstEnd(m.term)))
 		}
 	case lease.EventReleased:
 		m.stopped = true

@@ -20,6 +20,10 @@ var (
 // runSeeds runs seeds [0, n) on all CPUs and returns the first failure by
 // seed order, with aggregated statistics.
 func runSeeds(t *testing.T, n int, mode int) (*Failure, []Stats) {
+	return runSeedsWith(t, n, Options{FenceMode: mode})
+}
+
+func runSeedsWith(t *testing.T, n int, base Options) (*Failure, []Stats) {
 	t.Helper()
 	var (
 		next  atomic.Int64
@@ -37,7 +41,9 @@ func runSeeds(t *testing.T, n int, mode int) (*Failure, []Stats) {
 				if i >= int64(n) {
 					return
 				}
-				st, err := Run(Options{Seed: uint64(i), FenceMode: mode})
+				o := base
+				o.Seed = uint64(i)
+				st, err := Run(o)
 				stats[i] = st
 				var f *Failure
 				if errors.As(err, &f) {
@@ -46,7 +52,7 @@ func runSeeds(t *testing.T, n int, mode int) (*Failure, []Stats) {
 						first = f
 					}
 					mu.Unlock()
-					if mode != FenceCorrect {
+					if base.FenceMode != FenceCorrect || base.ForgetCloseBound {
 						next.Store(int64(n)) // one catch is enough
 					}
 				} else if err != nil {
@@ -129,6 +135,16 @@ func TestSubtleFenceBugsCaught(t *testing.T) {
 			t.Logf("caught: %v", f)
 		})
 	}
+}
+
+// TestForgottenCloseBoundCaught: a fence that leaves no time for closing
+// the transports is caught too.
+func TestForgottenCloseBoundCaught(t *testing.T) {
+	f, _ := runSeedsWith(t, 10000, Options{ForgetCloseBound: true})
+	if f == nil {
+		t.Fatal("fencing at lease_ttl - clock_rate_margin passed 10000 seeds")
+	}
+	t.Logf("caught: %v", f)
 }
 
 func TestDeterministic(t *testing.T) {
