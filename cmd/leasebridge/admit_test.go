@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/leasebridge/leasebridge/admission/admissiontest"
 	"github.com/leasebridge/leasebridge/internal/report"
 )
@@ -219,5 +221,35 @@ func TestDocsTableMatchesBinary(t *testing.T) {
 	}
 	if !strings.Contains(string(page), table) {
 		t.Errorf("docs/failover-budget.md does not contain the table `leasebridge budget --markdown` prints; run go generate ./...:\n%s", table)
+	}
+}
+
+// The configuration embedded in the Kubernetes example is admitted too.
+func TestKubernetesExampleConfigIsAdmitted(t *testing.T) {
+	raw, err := os.ReadFile("../../examples/kubernetes/sidecar.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	found := false
+	for {
+		var doc struct {
+			Kind string            `yaml:"kind"`
+			Data map[string]string `yaml:"data"`
+		}
+		if err := dec.Decode(&doc); err != nil {
+			break
+		}
+		if doc.Kind != "ConfigMap" {
+			continue
+		}
+		found = true
+		code, out, errs := runCmd(t, "admit", "-c", writeConfig(t, doc.Data["config.yaml"]))
+		if code != exitOK {
+			t.Errorf("kubernetes example config: exit %d\n%s%s", code, out, errs)
+		}
+	}
+	if !found {
+		t.Fatal("no ConfigMap in examples/kubernetes/sidecar.yaml")
 	}
 }
