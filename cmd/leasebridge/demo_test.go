@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -20,11 +19,7 @@ import (
 // one PLC connection at a time. The demo itself compares its measurements
 // with the budget; this test checks that it did and printed them.
 func TestDemoTakesOverWithinBudget(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "leasebridge")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := binary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, bin, "demo").CombinedOutput()

@@ -1,0 +1,257 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leasebridge/leasebridge/admission"
+	"github.com/leasebridge/leasebridge/failover"
+	"github.com/leasebridge/leasebridge/internal/embedbroker"
+	"github.com/leasebridge/leasebridge/internal/faultproxy"
+	"github.com/leasebridge/leasebridge/internal/plcsim"
+	"github.com/leasebridge/leasebridge/lease/etcdembed"
+	"github.com/leasebridge/leasebridge/routes"
+	"github.com/leasebridge/leasebridge/transports/mqtt"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// binary builds leasebridge once per test process.
+func binary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "leasebridge-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "leasebridge")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// runConfig is demoConfig with a broker path the test can cut and a
+// broker-path threshold.
+const runConfig = `deployment_mode: clustered
+node: %[4]s
+http_listen: %[5]s
+lease_store: {endpoints: [%[1]s], key_prefix: /run-test/}
+manager:
+  lease_ttl: 2s
+  renew_interval: 300ms
+  lease_renew_jitter: 100ms
+  renew_call_timeout: 200ms
+  acquire_poll_interval: 200ms
+  step_down_grace: 300ms
+  broker_health_step_down: 1s
+  failover_slo: 60s
+brokers:
+  local: {url: "%[2]s", keepalive: 1s, connect_timeout: 1s, reconcile_timeout: 1s, unmatched_grace: 300ms, close_timeout: 200ms}
+devices:
+  plc:
+    kind: modbus_tcp
+    address: %[3]s
+    connect_timeout: 500ms
+    request_timeout: 500ms
+    close_timeout: 200ms
+    groups:
+      - name: g
+        interval: 50ms
+        tags:
+          - {name: cycles, register: holding, address: 0, type: uint16}
+routes:
+  - {name: telemetry, session: plc, kind: poll, device: plc, broker: local, publish: every_poll}
+`
+
+type proc struct {
+	*bridgeProc
+	proxy  *faultproxy.Proxy
+	report admission.Report
+	exit   int
+}
+
+type runPeers struct {
+	etcd   *etcdembed.Server
+	broker *embedbroker.Broker
+	plc    *plcsim.PLC
+	dir    string
+}
+
+func startRunPeers(t *testing.T) *runPeers {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	p := &runPeers{dir: t.TempDir()}
+	var err error
+	if p.etcd, err = etcdembed.Start(ctx, filepath.Join(p.dir, "etcd")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.etcd.Close)
+	if p.broker, err = embedbroker.Start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.broker.Close() })
+	if p.plc, err = plcsim.Start(ctx, 20*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.plc.Close() })
+	return p
+}
+
+// start runs one `leasebridge run` process whose broker path goes through
+// its own fault proxy.
+func (p *runPeers) start(t *testing.T, node string) *proc {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	px, err := faultproxy.Start(ctx, strings.TrimPrefix(p.broker.URL, "tcp://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = px.Close() })
+	addr, err := freeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	y := fmt.Sprintf(runConfig, p.etcd.Endpoints[0], "tcp://"+px.Addr(), p.plc.Addr(), node, addr)
+	path := filepath.Join(p.dir, node+".yaml")
+	if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := routes.Parse(path, []byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := &proc{bridgeProc: &bridgeProc{name: node, http: addr, log: filepath.Join(p.dir, node+".log"), done: make(chan struct{})},
+		proxy: px, report: cfg.Admit()[0], exit: -1}
+	logf, err := os.Create(pr.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr.cmd = exec.Command(binary(t), "run", "-c", path, "--log-format", "text")
+	pr.cmd.Stdout, pr.cmd.Stderr = logf, logf
+	if err := pr.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		err := pr.cmd.Wait()
+		var ee *exec.ExitError
+		switch {
+		case err == nil:
+			pr.exit = 0
+		case errors.As(err, &ee):
+			pr.exit = ee.ExitCode()
+		}
+		logf.Close()
+		close(pr.done)
+	}()
+	t.Cleanup(func() {
+		_ = pr.cmd.Process.Kill()
+		<-pr.done
+		if t.Failed() {
+			b, _ := os.ReadFile(pr.log)
+			t.Logf("%s log:\n%s", node, b)
+		}
+	})
+	return pr
+}
+
+func (pr *proc) waitExit(t *testing.T, limit time.Duration) int {
+	t.Helper()
+	select {
+	case <-pr.done:
+		return pr.exit
+	case <-time.After(limit):
+		t.Fatalf("%s did not exit within %s", pr.name, limit)
+		return -1
+	}
+}
+
+// SIGTERM ends the owner's term in order, releases the lease and exits 0;
+// the standby process takes the released row within two poll boundaries,
+// two calls and its activation.
+func TestRunSIGTERMReleasesAndExitsZero(t *testing.T) {
+	p := startRunPeers(t)
+	a := p.start(t, "node-a")
+	if _, _, err := waitOwner(context.Background(), []*bridgeProc{a.bridgeProc}, nil, a.report.OwnerDeath.Total); err != nil {
+		t.Fatal(err)
+	}
+	b := p.start(t, "node-b")
+	time.Sleep(500 * time.Millisecond)
+	start := time.Now()
+	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	tm := a.report.Timing
+	if code := a.waitExit(t, a.report.CloseBound+2*tm.RenewCallTimeout+2*time.Second); code != exitOK {
+		t.Fatalf("exit status after SIGTERM = %d, want %d", code, exitOK)
+	}
+	stopped := time.Since(start)
+	if _, _, err := waitOwner(context.Background(), []*bridgeProc{b.bridgeProc}, nil, b.report.OwnerDeath.Total); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	pb, _ := admission.PollBoundary(tm.AcquirePollInterval)
+	if bound := stopped + 2*pb + 2*tm.RenewCallTimeout + b.report.Activation; took > bound {
+		t.Errorf("standby at ServiceLevelFull %s after SIGTERM, bound %s", took, bound)
+	}
+	if peak := p.plc.Proxy().Peak(); peak != 1 {
+		t.Errorf("PLC saw %d concurrent connections", peak)
+	}
+	t.Logf("SIGTERM: owner exited 0 after %s; standby serving %s after the signal", stopped, took)
+}
+
+// Cutting only the owner's broker path makes the owner process step down
+// and exit with status 75 (failover.ExitStepDown); the other process takes
+// over within the broker-path budget plus the MQTT keepalive detection
+// that runs before its clock starts.
+func TestRunBrokerPathStepDownExitStatus(t *testing.T) {
+	p := startRunPeers(t)
+	a := p.start(t, "node-a")
+	if _, _, err := waitOwner(context.Background(), []*bridgeProc{a.bridgeProc}, nil, a.report.OwnerDeath.Total); err != nil {
+		t.Fatal(err)
+	}
+	b := p.start(t, "node-b")
+	time.Sleep(500 * time.Millisecond)
+	cut := time.Now()
+	if err := a.proxy.SetMode(faultproxy.Blackhole); err != nil {
+		t.Fatal(err)
+	}
+	budget := a.report.BrokerPath.Total + mqtt.DetectionBound(time.Second)
+	if code := a.waitExit(t, budget); code != failover.ExitStepDown {
+		t.Fatalf("owner exit status = %d, want %d", code, failover.ExitStepDown)
+	}
+	_, st, err := waitOwner(context.Background(), []*bridgeProc{b.bridgeProc}, nil, budget)
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(cut)
+	if took > budget {
+		t.Errorf("takeover %s after the cut, budget %s", took, budget)
+	}
+	if peak := p.plc.Proxy().Peak(); peak != 1 {
+		t.Errorf("PLC saw %d concurrent connections", peak)
+	}
+	t.Logf("broker path cut: owner exited %d, standby serving %s after the cut (FailureToFull %s; budget %s + detection %s)",
+		failover.ExitStepDown, took, time.Duration(st.FailureToFullNS), a.report.BrokerPath.Total, mqtt.DetectionBound(time.Second))
+}
