@@ -25,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
@@ -44,6 +45,7 @@ type member struct {
 	dir                string
 	clientURL, peerURL string
 	initialCluster     string
+	tls                *TLSFiles
 
 	mu   sync.Mutex
 	emb  *embed.Etcd
@@ -56,6 +58,20 @@ type member struct {
 func StartEmbedded(t testing.TB, n int) *Cluster {
 	t.Helper()
 	c := newCluster(t, n, "")
+	c.startAll()
+	return c
+}
+
+// StartEmbeddedTLS starts an n-member cluster inside the test process
+// whose client URLs are https with server's certificate and which
+// require a client certificate signed by server.CAFile.
+func StartEmbeddedTLS(t testing.TB, n int, server TLSFiles) *Cluster {
+	t.Helper()
+	c := newCluster(t, n, "")
+	for _, m := range c.members {
+		m.tls = &server
+		m.clientURL = strings.Replace(m.clientURL, "http://", "https://", 1)
+	}
 	c.startAll()
 	return c
 }
@@ -233,6 +249,9 @@ func (m *member) startEmbedded() error {
 	cfg.Dir = m.dir
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+	if m.tls != nil {
+		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: m.tls.CertFile, KeyFile: m.tls.KeyFile, TrustedCAFile: m.tls.CAFile, ClientCertAuth: true}
+	}
 	cfg.InitialCluster = m.initialCluster
 	cfg.InitialClusterToken = "testetcd"
 	cfg.TickMs, cfg.ElectionMs = 10, 100
