@@ -256,8 +256,8 @@ func (c *Client) markGoneLocked() {
 // errClosing is the cause with which Close ends an ownership.
 var errClosing = errors.New("mqtt: closing")
 
-// reserve is kept back from the activation deadline for tearing down a
-// failed attempt, so Open returns within the bound and not just after it.
+// reserve is kept back from the activation (close) deadline for tearing
+// down, so Open (Close) returns within its bound and not just after it.
 func reserve(bound time.Duration) time.Duration { return min(bound/20, 100*time.Millisecond) }
 
 // Open connects and reconciles within the activation bound (see the
@@ -635,6 +635,9 @@ func (c *Client) Close(ctx context.Context) error {
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
+	// Finish a little early so a caller timing Close against the same
+	// bound sees it done.
+	deadline = deadline.Add(-reserve(c.s.close))
 	c.mu.Lock()
 	stop, id := c.stop, c.id
 	c.mu.Unlock()

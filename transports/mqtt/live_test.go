@@ -47,6 +47,7 @@ func watch(t *testing.T, url, id, filter string, qos byte, clean bool) *watcher 
 		SetCleanSession(clean).SetAutoReconnect(true).SetConnectRetry(true).
 		SetConnectRetryInterval(100 * time.Millisecond).SetMaxReconnectInterval(200 * time.Millisecond).
 		SetKeepAlive(2 * time.Second)
+	subscribed := make(chan struct{}, 1)
 	sub := func(c paho.Client) {
 		c.Subscribe(filter, qos, func(_ paho.Client, m paho.Message) {
 			w.mu.Lock()
@@ -57,11 +58,22 @@ func watch(t *testing.T, url, id, filter string, qos byte, clean bool) *watcher 
 			default:
 			}
 		}).Wait()
+		select {
+		case subscribed <- struct{}{}:
+		default:
+		}
 	}
 	o.SetOnConnectHandler(sub)
 	c := paho.NewClient(o)
 	if tok := c.Connect(); !tok.WaitTimeout(hang) || tok.Error() != nil {
 		t.Fatalf("watcher connect %s: %v", url, tok.Error())
+	}
+	// The subscription is made in the connect handler; wait for its SUBACK
+	// so nothing published after watch returns is missed.
+	select {
+	case <-subscribed:
+	case <-time.After(hang):
+		t.Fatalf("watcher on %s never subscribed to %s", url, filter)
 	}
 	t.Cleanup(func() { c.Disconnect(50) })
 	return w
