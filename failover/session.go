@@ -85,6 +85,13 @@ func (s *session) run(ctx context.Context, managerDone <-chan struct{}) {
 			for _, ev := range s.events.drain() {
 				s.handle(ctx, ev)
 			}
+			s.mu.Lock()
+			done := s.termDone
+			s.mu.Unlock()
+			if done != nil {
+				<-done
+			}
+			s.setState("stopped")
 			return
 		case <-s.events.signal:
 			for _, ev := range s.events.drain() {

@@ -9,6 +9,7 @@ import (
 	"bytes"
 	_ "embed"
 	"flag"
+	"log/slog"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -30,6 +31,9 @@ var admitJSONTmpl string
 
 //go:embed configuration.md.tmpl
 var configurationTmpl string
+
+//go:embed operations.md.tmpl
+var operationsTmpl string
 
 // exampleConfig is admitted to produce the real output shown in
 // admit-json.md; the path is relative to this package, where go generate
@@ -120,7 +124,23 @@ func render() (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return map[string][]byte{"failover-budget.md": budget, "admit-json.md": admit, "configuration.md": config}, nil
+	metrics, err := metricsTable()
+	if err != nil {
+		return nil, err
+	}
+	startup, err := startupLog()
+	if err != nil {
+		return nil, err
+	}
+	ops, err := execute(operationsTmpl, map[string]any{
+		"StartupLog": startup,
+		"ExitOK": report.ExitAdmitted, "ExitRefused": report.ExitRefused, "ExitInvalid": report.ExitInvalid,
+		"ExitStepDown": failover.ExitStepDown, "Metrics": metrics,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return map[string][]byte{"failover-budget.md": budget, "admit-json.md": admit, "configuration.md": config, "operations.md": ops}, nil
 }
 
 func execute(tmpl string, data any) ([]byte, error) {
@@ -133,6 +153,24 @@ func execute(tmpl string, data any) ([]byte, error) {
 		return nil, err
 	}
 	return b.Bytes(), nil
+}
+
+// startupLog is what `leasebridge run` logs per session at start-up for
+// the example, without timestamps.
+func startupLog() (string, error) {
+	cfg, err := routes.Load(exampleConfig)
+	if err != nil {
+		return "", err
+	}
+	var b bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&b, &slog.HandlerOptions{ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+		if a.Key == slog.TimeKey && len(groups) == 0 {
+			return slog.Attr{}
+		}
+		return a
+	}}))
+	failover.LogBudgets(log, cfg.Admit())
+	return b.String(), nil
 }
 
 // admitExample is what `leasebridge admit --json` prints for the example,
