@@ -161,7 +161,16 @@ func (s *session) serve(ev lease.Event, stop <-chan struct{}) {
 		s.full.Store(false)
 		s.setState("standby")
 	}()
-	ctx := owner.Context()
+	valid := owner.Valid
+	// Every device request checks the fence deadline right before it is
+	// sent, so an owner resumed after a freeze sends nothing once fenced,
+	// even before the owner context is cancelled.
+	ctx := transports.WithGuard(owner.Context(), func() error {
+		if !valid() {
+			return lease.ErrFenced
+		}
+		return nil
+	})
 	log.Info("became owner", "observed_stale_row_ago", lease.Now()-ev.Observed)
 
 	var t *term
@@ -189,7 +198,6 @@ func (s *session) serve(ev lease.Event, stop <-chan struct{}) {
 
 	wctx, wcancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	valid := owner.Valid
 	for _, r := range s.routes {
 		if r.Kind != routes.RoutePoll {
 			continue

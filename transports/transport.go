@@ -126,3 +126,30 @@ func Kinds() []string {
 	sort.Strings(ks)
 	return ks
 }
+
+type guardKey struct{}
+
+// ErrGuard reports a request that was not sent because the context's guard
+// refused it.
+var ErrGuard = errors.New("transports: request refused by the owner guard")
+
+// WithGuard returns a context carrying check. Every device transport calls
+// Guard with the context of each request right before that request goes on
+// the wire; a non-nil error means it must not be sent. The supervisor's
+// check is the owner's fence deadline read from a clock that counts
+// suspend, so a process that was frozen or suspended past its deadline
+// sends nothing after it resumes, even before the owner context has been
+// cancelled. The value survives derived contexts (timeouts, cancels).
+func WithGuard(ctx context.Context, check func() error) context.Context {
+	return context.WithValue(ctx, guardKey{}, check)
+}
+
+// Guard runs the guard ctx carries; nil without one.
+func Guard(ctx context.Context) error {
+	if check, ok := ctx.Value(guardKey{}).(func() error); ok {
+		if err := check(); err != nil {
+			return fmt.Errorf("%w: %w", ErrGuard, err)
+		}
+	}
+	return nil
+}

@@ -38,3 +38,25 @@ func TestRegistry(t *testing.T) {
 	}()
 	transports.Register("test-nop", nil)
 }
+
+func TestGuardSurvivesDerivedContexts(t *testing.T) {
+	if err := transports.Guard(context.Background()); err != nil {
+		t.Fatalf("no guard: %v", err)
+	}
+	fenced := false
+	ctx := transports.WithGuard(context.Background(), func() error {
+		if fenced {
+			return errors.New("fence deadline passed")
+		}
+		return nil
+	})
+	derived, cancel := context.WithTimeout(ctx, time.Hour)
+	defer cancel()
+	if err := transports.Guard(derived); err != nil {
+		t.Fatalf("valid owner refused: %v", err)
+	}
+	fenced = true
+	if err := transports.Guard(derived); !errors.Is(err, transports.ErrGuard) || !strings.Contains(err.Error(), "fence deadline passed") {
+		t.Fatalf("fenced owner: %v", err)
+	}
+}
