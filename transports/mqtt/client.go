@@ -102,19 +102,23 @@ type Client struct {
 	// opMu serialises Open and Close.
 	opMu sync.Mutex
 
-	mu       sync.Mutex
-	subs     []*Subscription
-	id       Identity
-	state    transports.State
-	changed  chan struct{}
-	pc       paho.Client   // the live connection, nil when there is none
-	gone     chan struct{} // closed when pc is lost or torn down
-	conns    map[*trackedConn]struct{}
-	attempts int
-	life     context.Context // one ownership, from Open to Close
-	stop     context.CancelCauseFunc
-	lost     chan error
-	wg       sync.WaitGroup // Open in progress and the supervisor
+	mu   sync.Mutex
+	subs []*Subscription
+	id   Identity
+	// status is what the status topic says while connected; a reconcile
+	// after a reconnect repeats it, so "serving" survives a broker restart.
+	status    string
+	statusFul bool
+	state     transports.State
+	changed   chan struct{}
+	pc        paho.Client   // the live connection, nil when there is none
+	gone      chan struct{} // closed when pc is lost or torn down
+	conns     map[*trackedConn]struct{}
+	attempts  int
+	life      context.Context // one ownership, from Open to Close
+	stop      context.CancelCauseFunc
+	lost      chan error
+	wg        sync.WaitGroup // Open in progress and the supervisor
 }
 
 var _ transports.Transport = (*Client)(nil)
@@ -280,6 +284,7 @@ func (c *Client) Open(ctx context.Context) error {
 	// CloseBound) before its self-fence deadline.
 	life, stop := context.WithCancelCause(context.WithoutCancel(ctx))
 	c.life, c.stop = life, stop
+	c.status, c.statusFul = StateActive, false
 	// A new ownership starts unconverged now, not at the previous loss.
 	c.setStateLocked(false, nil, start)
 	c.state.Since = start
@@ -449,7 +454,7 @@ func (c *Client) connect(ctx context.Context) (paho.Client, error) {
 	if c.s.tls != nil {
 		o.SetTLSConfig(c.s.tls)
 	}
-	o.SetBinaryWill(c.s.statusTopic, EncodeStatus(c.status(id, StateLost, false)), 1, true)
+	o.SetBinaryWill(c.s.statusTopic, EncodeStatus(c.statusMessage(id, StateLost, false)), 1, true)
 	// The dial and the handshake belong to this attempt alone: once it is
 	// abandoned, a late socket is closed instead of completing a CONNECT
 	// that would take the session's client id over from the next attempt.
@@ -510,8 +515,11 @@ func (c *Client) reconcile(ctx context.Context, pc paho.Client) error {
 	for _, s := range c.subs {
 		filters[s.Filter] = s.QoS
 	}
-	id := c.id
+	id, state, full := c.id, c.status, c.statusFul
 	c.mu.Unlock()
+	if state == "" {
+		state = StateActive
+	}
 	if len(filters) > 0 {
 		tok := pc.SubscribeMultiple(filters, nil)
 		if err := wait(ctx, tok); err != nil {
@@ -525,14 +533,14 @@ func (c *Client) reconcile(ctx context.Context, pc paho.Client) error {
 			}
 		}
 	}
-	tok := pc.Publish(c.s.statusTopic, 1, true, EncodeStatus(c.status(id, StateActive, false)))
+	tok := pc.Publish(c.s.statusTopic, 1, true, EncodeStatus(c.statusMessage(id, state, full)))
 	if err := wait(ctx, tok); err != nil {
 		return fmt.Errorf("broker %s: publish status topic %s: %w", c.s.url, c.s.statusTopic, err)
 	}
 	return nil
 }
 
-func (c *Client) status(id Identity, state string, full bool) StatusMessage {
+func (c *Client) statusMessage(id Identity, state string, full bool) StatusMessage {
 	return StatusMessage{Session: c.session, Owner: id.Owner, Node: c.node, Epoch: id.Epoch, State: state, ServiceLevelFull: full}
 }
 
@@ -587,6 +595,12 @@ func (c *Client) supervise(life context.Context, pc paho.Client) {
 			}
 			if pending != nil && c.grace(life, pending) == nil && c.confirm(next) {
 				break
+			}
+			if life.Err() != nil {
+				// Close (or the owner) ended the attempt: leave the
+				// connection to the deferred teardown or to Close, which
+				// still wants it for the released status.
+				return
 			}
 			c.teardown(next, false, 0)
 			pc = nil
@@ -661,7 +675,7 @@ func (c *Client) Close(ctx context.Context) error {
 	var err error
 	if pc != nil && pc.IsConnectionOpen() {
 		half := time.Until(deadline) / 2
-		tok := pc.Publish(c.s.statusTopic, 1, true, EncodeStatus(c.status(id, StateReleased, false)))
+		tok := pc.Publish(c.s.statusTopic, 1, true, EncodeStatus(c.statusMessage(id, StateReleased, false)))
 		wctx, cancel := context.WithTimeout(ctx, half)
 		if perr := wait(wctx, tok); perr != nil {
 			err = fmt.Errorf("broker %s: publish released status on %s: %w", c.s.url, c.s.statusTopic, perr)
@@ -716,9 +730,13 @@ func (c *Client) PublishValue(ctx context.Context, topic string, qos byte, retai
 }
 
 // PublishStatus publishes the retained status with state and whether the
-// session reached ServiceLevelFull.
+// session reached ServiceLevelFull. Every later reconcile (after a
+// reconnect) publishes it again.
 func (c *Client) PublishStatus(ctx context.Context, state string, serviceLevelFull bool) error {
-	return c.Publish(ctx, c.s.statusTopic, 1, true, EncodeStatus(c.status(c.Identity(), state, serviceLevelFull)))
+	c.mu.Lock()
+	c.status, c.statusFul = state, serviceLevelFull
+	c.mu.Unlock()
+	return c.Publish(ctx, c.s.statusTopic, 1, true, EncodeStatus(c.statusMessage(c.Identity(), state, serviceLevelFull)))
 }
 
 func handler(s *Subscription) paho.MessageHandler {

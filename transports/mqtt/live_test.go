@@ -245,15 +245,22 @@ func TestStatusTopicAndWill(t *testing.T) {
 	}
 	w.waitFor(t, "will", statusIs(t, StateLost, 7))
 	waitState(t, c, "not converged after the reset", notConverged)
+	// The path comes back: the client reconnects by itself and says again
+	// what it said last, serving, not merely active.
+	if err := p.SetMode(faultproxy.Pass); err != nil {
+		t.Fatal(err)
+	}
+	ms = w.waitFor(t, "serving again", statusIs(t, StateServing, 7))
+	if !lastStatus(t, ms).ServiceLevelFull {
+		t.Fatal("serving after the reconnect without service_level_full")
+	}
 	if err := c.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	w.waitFor(t, "released", statusIs(t, StateReleased, 7))
 	ctx, cancel := context.WithTimeout(context.Background(), hang)
 	defer cancel()
 	if err := m.WaitConnected(ctx, func(n int) bool { return n == 1 }); err != nil { // the watcher only
-		t.Fatal(err)
-	}
-	if err := p.SetMode(faultproxy.Pass); err != nil {
 		t.Fatal(err)
 	}
 
