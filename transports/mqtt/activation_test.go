@@ -269,3 +269,21 @@ func TestRegistry(t *testing.T) {
 		t.Fatalf("wrong config type: %v", err)
 	}
 }
+
+// A SUBACK failure code (an ACL denial) is not going to change: activation
+// stops at once and names the topic.
+func TestActivationSubscriptionRejected(t *testing.T) {
+	f := startFake(t, true, 0, 0)
+	f.rejectSubs = true
+	c := newClient(t, testBroker(f.url()), "acl")
+	if err := c.Subscribe(Subscription{Filter: "secret/#", QoS: 1, Handler: nop}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := open(t, c)
+	if !errors.Is(err, ErrSubscriptionRejected) || !strings.Contains(err.Error(), "secret/#") {
+		t.Fatalf("Open: %v", err)
+	}
+	if c.ConnectAttempts() != 1 {
+		t.Fatalf("%d connect attempts after a rejection, want 1", c.ConnectAttempts())
+	}
+}

@@ -145,3 +145,87 @@ func unique(ms []paho.Message) map[string]bool {
 	}
 	return u
 }
+
+// bridgeOwner is one node's side of a bridged session.
+type bridgeOwner struct {
+	remote, local *Client
+	br            *Bridge
+	cancel        context.CancelFunc
+	done          chan error
+}
+
+func startBridgeOwner(t *testing.T, remoteURL, localURL string, epoch uint64) *bridgeOwner {
+	t.Helper()
+	o := &bridgeOwner{
+		remote: newClient(t, testBroker(remoteURL), "fo"),
+		local:  newClient(t, testBroker(localURL), "fo"),
+		done:   make(chan error, 1),
+	}
+	var err error
+	o.br, err = NewBridge("bridge:fo", o.remote, o.local, []*routes.TopicMap{{From: "plant/#", To: "site/", QoS: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*Client{o.local, o.remote} {
+		c.SetIdentity(Identity{Owner: fmt.Sprintf("node-%d", epoch), Epoch: epoch})
+		if _, err := open(t, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	o.cancel = cancel
+	go func() { o.done <- o.br.Run(ctx) }()
+	return o
+}
+
+func (o *bridgeOwner) stop(t *testing.T) {
+	t.Helper()
+	o.cancel()
+	<-o.done
+	for _, c := range []*Client{o.remote, o.local} {
+		if err := c.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A failover of a bridged session loses nothing at QoS 1: what the old
+// owner had not forwarded, and what arrived while nobody owned the
+// session, reaches the new owner through the session's fixed client id;
+// the brokers never see two bridge connections.
+func TestBridgeFailoverWithoutLoss(t *testing.T) {
+	const n = 200
+	remoteB := testmqtt.StartMochi(t)
+	localB := testmqtt.StartMochi(t)
+	sub := watch(t, localB.URL, "subscriber", "site/#", 1, false)
+	prod := producer(t, remoteB.URL)
+
+	a := startBridgeOwner(t, remoteB.URL, localB.URL, 1)
+	var b *bridgeOwner
+	for i := range n {
+		switch i {
+		case n / 3:
+			a.stop(t)
+		case 2 * n / 3:
+			b = startBridgeOwner(t, remoteB.URL, localB.URL, 2)
+		}
+		for {
+			tok := prod.Publish("plant/p", 1, false, strconv.Itoa(i))
+			if tok.WaitTimeout(2*time.Second) && tok.Error() == nil {
+				break
+			}
+		}
+	}
+	ms := sub.waitFor(t, fmt.Sprintf("all %d messages", n), func(ms []paho.Message) bool { return len(unique(ms)) == n })
+	ina, _ := a.br.Forwarded()
+	inb, _ := b.br.Forwarded()
+	t.Logf("old owner forwarded %d, new owner %d, %d deliveries for %d messages", ina, inb, len(ms), n)
+	if ina == 0 || inb < n/3 {
+		t.Fatalf("forwarded old %d new %d: the failover did not split the stream", ina, inb)
+	}
+	// Producer + one bridge on the remote, subscriber + one bridge locally.
+	if remoteB.PeakConnected() != 2 || localB.PeakConnected() != 2 {
+		t.Fatalf("peak connections remote %d local %d, want 2 each", remoteB.PeakConnected(), localB.PeakConnected())
+	}
+	b.stop(t)
+}

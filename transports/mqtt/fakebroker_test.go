@@ -17,6 +17,8 @@ type fakeBroker struct {
 	// QoS 1 PUBLISH, after the given delay (negative: never).
 	connack              bool
 	connackAfter         time.Duration
+	rejectSubs           bool
+	protocolLevels       []byte
 	subackAfter          time.Duration
 	pubackAfter          time.Duration
 	mu                   sync.Mutex
@@ -89,6 +91,12 @@ func (f *fakeBroker) serve(c net.Conn) {
 		switch typ >> 4 {
 		case 1:
 			f.connects++
+			// Protocol name (length-prefixed), then the protocol level.
+			if len(body) > 2 {
+				if n := int(body[0])<<8 | int(body[1]); len(body) > 2+n {
+					f.protocolLevels = append(f.protocolLevels, body[2+n])
+				}
+			}
 		case 8:
 			f.subscribes++
 		case 3:
@@ -107,7 +115,11 @@ func (f *fakeBroker) serve(c net.Conn) {
 				n := int(body[p])<<8 | int(body[p+1])
 				p += 2 + n
 				if p < len(body) {
-					granted = append(granted, body[p])
+					g := body[p]
+					if f.rejectSubs {
+						g = 0x80
+					}
+					granted = append(granted, g)
 				}
 				p++
 			}

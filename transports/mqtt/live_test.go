@@ -435,3 +435,41 @@ func TestTLS(t *testing.T) {
 		t.Fatal("connected without the required client certificate")
 	}
 }
+
+// MQTT 3.1 (protocol_version 3) against mosquitto.
+func TestProtocolVersion3(t *testing.T) {
+	mq := testmqtt.StartMosquitto(t, testmqtt.MosquittoConfig{})
+	b := testBroker(mq.URL)
+	b.ProtocolVersion = 3
+	c := newClient(t, b, "v31")
+	got := make(chan string, 1)
+	if err := c.Subscribe(Subscription{Filter: "v31/#", QoS: 2, Handler: func(m Message) { got <- string(m.Payload) }}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := open(t, c); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Publish(context.Background(), "v31/x", 2, false, []byte("three-one")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case s := <-got:
+		if s != "three-one" {
+			t.Fatalf("got %q", s)
+		}
+	case <-time.After(hang):
+		t.Fatal("no message over MQTT 3.1")
+	}
+	// And it really was 3.1 on the wire (protocol level 3; 3.1.1 is 4).
+	f := startFake(t, true, 0, 0)
+	fb := testBroker(f.url())
+	fb.ProtocolVersion = 3
+	if _, err := open(t, newClient(t, fb, "v31-wire")); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.protocolLevels) != 1 || f.protocolLevels[0] != 3 {
+		t.Fatalf("CONNECT protocol levels %v, want [3]", f.protocolLevels)
+	}
+}
