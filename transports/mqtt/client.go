@@ -440,7 +440,10 @@ func (c *Client) connect(ctx context.Context) (paho.Client, error) {
 	o.SetCleanSession(c.s.clean)
 	o.SetKeepAlive(c.s.keepAlive)
 	o.SetPingTimeout(pingTimeout(c.s.keepAlive))
-	o.SetConnectTimeout(c.s.connect)
+	// paho's own handshake deadline is only a backstop: the timer below
+	// and the per-attempt context enforce connect_timeout, and report it
+	// as such instead of as a bare read timeout.
+	o.SetConnectTimeout(2 * c.s.connect)
 	o.SetWriteTimeout(c.s.connect)
 	// Reconnects are ours (supervise), so every attempt is counted and
 	// bounded the same way.
