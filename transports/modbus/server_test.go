@@ -189,6 +189,9 @@ type rig struct {
 	tr    *Transport
 	owner context.Context
 	stop  context.CancelFunc
+	// halfOpen excuses a test that partitions the link: the device keeps
+	// a connection the bridge has already closed.
+	halfOpen bool
 }
 
 func newRig(t *testing.T, p *plc, dev *routes.Device) *rig {
@@ -211,7 +214,7 @@ func newRig(t *testing.T, p *plc, dev *routes.Device) *rig {
 		stop()
 		_ = tr.Close(context.Background())
 		// The promise: the device never saw two connections from us.
-		if peak := px.Peak(); peak > 1 {
+		if peak := px.Peak(); peak > 1 && !r.halfOpen {
 			t.Errorf("device saw %d concurrent connections, want at most 1", peak)
 		}
 	})
