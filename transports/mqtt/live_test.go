@@ -212,8 +212,10 @@ func TestBrokerKillAndRestart(t *testing.T) {
 
 // The status topic carries owner and epoch, retained; the last will says
 // "lost" when the owner vanishes; an orderly Close says "released".
+// (mosquitto: mochi v2.7.9 reads a topic's retained path unlocked while a
+// subscription scans it, a data race the race detector reports.)
 func TestStatusTopicAndWill(t *testing.T) {
-	m := testmqtt.StartMochi(t)
+	m := testmqtt.StartMosquitto(t, testmqtt.MosquittoConfig{})
 	p, err := faultproxy.Start(context.Background(), m.Addr)
 	if err != nil {
 		t.Fatal(err)
@@ -260,8 +262,8 @@ func TestStatusTopicAndWill(t *testing.T) {
 	w.waitFor(t, "released", statusIs(t, StateReleased, 7))
 	ctx, cancel := context.WithTimeout(context.Background(), hang)
 	defer cancel()
-	if err := m.WaitConnected(ctx, func(n int) bool { return n == 1 }); err != nil { // the watcher only
-		t.Fatal(err)
+	if err := p.WaitFor(ctx, func(s faultproxy.Stats) bool { return s.Current == 0 }); err != nil {
+		t.Fatalf("a connection of the closed client is left: %v", err)
 	}
 
 	// Next ownership, next epoch; the retained status is what a late
@@ -271,7 +273,8 @@ func TestStatusTopicAndWill(t *testing.T) {
 		t.Fatal(err)
 	}
 	late := watch(t, m.URL, "late", c.StatusTopic(), 1, true)
-	if s := lastStatus(t, late.waitFor(t, "retained", statusIs(t, StateActive, 8))); !late.msgs[0].Retained() || s.Owner != "n1-bbbb" {
+	lms := late.waitFor(t, "retained", statusIs(t, StateActive, 8))
+	if s := lastStatus(t, lms); !lms[0].Retained() || s.Owner != "n1-bbbb" {
 		t.Fatalf("retained status %+v", s)
 	}
 	if err := c.Close(context.Background()); err != nil {
@@ -284,9 +287,10 @@ func TestStatusTopicAndWill(t *testing.T) {
 }
 
 // Publishes at QoS 0, 1 and 2 arrive with the epoch in the payload; the
-// retained last value is what a new subscriber gets.
+// retained last value is what a new subscriber gets. (mosquitto, for the
+// reason given at TestStatusTopicAndWill.)
 func TestPublishQoSAndRetain(t *testing.T) {
-	m := testmqtt.StartMochi(t)
+	m := testmqtt.StartMosquitto(t, testmqtt.MosquittoConfig{})
 	c := newClient(t, testBroker(m.URL), "pub")
 	c.SetIdentity(Identity{Owner: "o", Epoch: 3})
 	if _, err := open(t, c); err != nil {
@@ -300,7 +304,13 @@ func TestPublishQoSAndRetain(t *testing.T) {
 			t.Fatalf("qos %d: %v", q, err)
 		}
 	}
-	ms := w.waitFor(t, "three values", func(ms []paho.Message) bool { return len(ms) == 3 })
+	ms := w.waitFor(t, "three values", func(ms []paho.Message) bool { return len(ms) >= 3 })
+	if len(ms) != 3 {
+		for _, m := range ms {
+			t.Logf("got %s %q qos %d retained %v dup %v", m.Topic(), m.Payload(), m.Qos(), m.Retained(), m.Duplicate())
+		}
+		t.Fatalf("%d messages, want 3", len(ms))
+	}
 	for i, msg := range ms {
 		var vm ValueMessage
 		if err := json.Unmarshal(msg.Payload(), &vm); err != nil {
