@@ -7,6 +7,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -539,5 +540,32 @@ func TestCloseWithinBound(t *testing.T) {
 	}
 	if err := r.tr.Write(context.Background(), "x", 1); !errors.Is(err, ErrReadOnly) {
 		t.Errorf("write to read-only tag: %v", err)
+	}
+}
+
+// TestGuard checks a refused owner guard keeps a request off the wire.
+func TestGuard(t *testing.T) {
+	p := newPLC()
+	r := newRig(t, p, &routes.Device{Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Name: "x", Address: "1", Writable: true}}}}})
+	var fenced atomic.Bool
+	r.owner = transports.WithGuard(r.owner, func() error {
+		if fenced.Load() {
+			return errors.New("past the fence deadline")
+		}
+		return nil
+	})
+	r.open(t)
+	r.poll(t, "g")
+	sent := r.proxy.Stats().Conns[0].Requests
+	fenced.Store(true)
+	vals, err := r.tr.Poll(context.Background(), "g")
+	if !errors.Is(err, transports.ErrGuard) || vals[0].Quality != transports.Bad {
+		t.Errorf("poll past the fence: %+v %v, want ErrGuard", vals, err)
+	}
+	if err := r.tr.Write(context.Background(), "x", 1); !errors.Is(err, transports.ErrGuard) {
+		t.Errorf("write past the fence: %v, want ErrGuard", err)
+	}
+	if got := r.proxy.Stats().Conns[0].Requests; got != sent {
+		t.Errorf("%d requests reached the device past the fence", got-sent)
 	}
 }

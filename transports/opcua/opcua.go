@@ -434,6 +434,9 @@ func (t *Transport) session(ctx context.Context) (*session, error) {
 	case cur != nil:
 		t.drop(cur)
 	}
+	if err := guard(ctx, owner); err != nil {
+		return nil, fmt.Errorf("device %q: connect: %w", t.name, err)
+	}
 	s, err := t.connect(ctx, owner)
 	if err != nil {
 		err = fmt.Errorf("%w: device %q at %s: %w", ErrConnect, t.name, t.endpoint, err)
@@ -598,6 +601,28 @@ func (t *Transport) fail(s *session, err error) {
 	t.setState(false, err)
 }
 
+// guard runs the owner guard (transports.WithGuard) of the request's
+// context and of the owner context right before a request is sent, so a
+// process frozen past its fence deadline sends nothing when it resumes.
+// The library's own publish loop cannot be guarded; the owner context's
+// end closes it.
+func guard(ctx, owner context.Context) error {
+	if err := transports.Guard(ctx); err != nil {
+		return err
+	}
+	if owner != nil {
+		return transports.Guard(owner)
+	}
+	return nil
+}
+
+func (t *Transport) guard(ctx context.Context) error {
+	t.mu.Lock()
+	owner := t.owner
+	t.mu.Unlock()
+	return guard(ctx, owner)
+}
+
 func (t *Transport) drop(s *session) {
 	t.mu.Lock()
 	if t.cur == s {
@@ -643,6 +668,9 @@ func (t *Transport) read(ctx context.Context, s *session, nodes []*ua.ReadValueI
 	out := make([]*ua.DataValue, 0, len(nodes))
 	for start := 0; start < len(nodes); start += chunk {
 		part := nodes[start:min(len(nodes), start+chunk)]
+		if err := t.guard(ctx); err != nil {
+			return nil, fmt.Errorf("device %q: read: %w", t.name, err)
+		}
 		rctx, cancel := context.WithTimeout(ctx, t.requestTimeout)
 		t.mu.Lock()
 		t.reads++
@@ -797,6 +825,9 @@ func (t *Transport) Write(ctx context.Context, name string, value any) error {
 	if err != nil {
 		return wrap(err)
 	}
+	if err := t.guard(ctx); err != nil {
+		return wrap(err)
+	}
 	wctx, cancel := context.WithTimeout(ctx, t.requestTimeout)
 	defer cancel()
 	res, err := s.c.Write(wctx, &ua.WriteRequest{NodesToWrite: []*ua.WriteValue{{
@@ -822,6 +853,9 @@ func (t *Transport) Write(ctx context.Context, name string, value any) error {
 // subscribe creates the subscription of a group and its monitored items,
 // and starts the goroutine that receives its notifications.
 func (t *Transport) subscribe(ctx context.Context, s *session, g *group) error {
+	if err := t.guard(ctx); err != nil {
+		return fmt.Errorf("device %q: subscribe: %w", t.name, err)
+	}
 	ch := make(chan *opcua.PublishNotificationData, 64)
 	// A keep-alive at most every 10 s (and every 10 publishing intervals
 	// at most) bounds how long the watchdog waits before it probes; the

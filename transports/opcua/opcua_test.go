@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -441,5 +442,32 @@ func TestConfigErrors(t *testing.T) {
 		if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.has) {
 			t.Errorf("%+v: %v, want %v containing %q", tc.dev, err, tc.want, tc.has)
 		}
+	}
+}
+
+// TestGuard checks a refused owner guard keeps requests off the wire.
+func TestGuard(t *testing.T) {
+	srv := startServer(t)
+	srv.space.set("x", int32(1))
+	r := newRig(t, srv, &routes.Device{Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Name: "x", Address: "ns=1;s=x", Writable: true}}}}})
+	var fenced atomic.Bool
+	r.owner = transports.WithGuard(r.owner, func() error {
+		if fenced.Load() {
+			return errors.New("past the fence deadline")
+		}
+		return nil
+	})
+	r.open(t)
+	r.poll(t, "g")
+	sent := r.proxy.Stats().Conns[0].Requests
+	fenced.Store(true)
+	if _, err := r.tr.Poll(context.Background(), "g"); !errors.Is(err, transports.ErrGuard) {
+		t.Errorf("poll past the fence: %v, want ErrGuard", err)
+	}
+	if err := r.tr.Write(context.Background(), "x", int32(2)); !errors.Is(err, transports.ErrGuard) {
+		t.Errorf("write past the fence: %v, want ErrGuard", err)
+	}
+	if got := r.proxy.Stats().Conns[0].Requests; got != sent {
+		t.Errorf("%d requests reached the server past the fence", got-sent)
 	}
 }

@@ -341,6 +341,9 @@ func (t *Transport) connected(ctx context.Context) (*conn, error) {
 	case cur != nil:
 		return cur, nil
 	}
+	if err := guard(ctx, owner); err != nil {
+		return nil, fmt.Errorf("device %q: connect: %w", t.name, err)
+	}
 	c, err := t.dial(ctx, owner)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -422,6 +425,13 @@ func adoptConn(h *gos7.TCPClientHandler, nc net.Conn) error {
 // run executes one exchange on c bounded by request_timeout and ctx; any
 // failure closes the connection. The caller holds t.io.
 func (t *Transport) run(ctx context.Context, c *conn, what string, fn func() error) error {
+	t.mu.Lock()
+	owner := t.owner
+	t.mu.Unlock()
+	if err := guard(ctx, owner); err != nil {
+		// Nothing went on the wire; the connection is as good as before.
+		return fmt.Errorf("device %q: %s: %w", t.name, what, err)
+	}
 	timeout := t.requestTimeout
 	if d, ok := ctx.Deadline(); ok && time.Until(d) < timeout {
 		timeout = max(time.Until(d), time.Millisecond)
@@ -456,6 +466,19 @@ func (t *Transport) run(ctx context.Context, c *conn, what string, fn func() err
 	}
 	t.setState(false, err)
 	return err
+}
+
+// guard runs the owner guard (transports.WithGuard) of the request's
+// context and of the owner context right before a request is sent, so a
+// process frozen past its fence deadline sends nothing when it resumes.
+func guard(ctx, owner context.Context) error {
+	if err := transports.Guard(ctx); err != nil {
+		return err
+	}
+	if owner != nil {
+		return transports.Guard(owner)
+	}
+	return nil
 }
 
 func (t *Transport) drop(c *conn) {

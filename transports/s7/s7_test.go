@@ -8,6 +8,7 @@ import (
 	"math"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -537,5 +538,30 @@ func TestPack(t *testing.T) {
 				t.Errorf("PDU %d: span %d covered %d of %d bytes", pdu, i, covered[i], s.size)
 			}
 		}
+	}
+}
+
+// TestGuard checks a refused owner guard keeps a job off the wire.
+func TestGuard(t *testing.T) {
+	r := newRig(t, 240, &routes.Device{Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Name: "x", Address: "MW0", Writable: true}}}}})
+	var fenced atomic.Bool
+	r.owner = transports.WithGuard(r.owner, func() error {
+		if fenced.Load() {
+			return errors.New("past the fence deadline")
+		}
+		return nil
+	})
+	r.open(t)
+	r.poll(t, "g")
+	jobs := r.srv.Jobs()
+	fenced.Store(true)
+	if _, err := r.tr.Poll(context.Background(), "g"); !errors.Is(err, transports.ErrGuard) {
+		t.Errorf("poll past the fence: %v, want ErrGuard", err)
+	}
+	if err := r.tr.Write(context.Background(), "x", 1); !errors.Is(err, transports.ErrGuard) {
+		t.Errorf("write past the fence: %v, want ErrGuard", err)
+	}
+	if got := r.srv.Jobs(); got != jobs {
+		t.Errorf("%d jobs reached the PLC past the fence", got-jobs)
 	}
 }
