@@ -1,0 +1,351 @@
+package lab
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leasebridge/leasebridge/admission"
+	"github.com/leasebridge/leasebridge/failover"
+	"github.com/leasebridge/leasebridge/internal/faultproxy"
+	"github.com/leasebridge/leasebridge/internal/testmqtt"
+	"github.com/leasebridge/leasebridge/routes"
+)
+
+// labConfig gives the bridges second-scale timings so one trial takes a
+// few seconds. %[1]s are the etcd endpoints, %[2]s the bridge's broker URL
+// (its own fault proxy in front of its own mosquitto), %[3]s the PLC
+// (behind the counting proxy), %[4]s the node name, %[5]s the HTTP address.
+const labConfig = `deployment_mode: clustered
+node: %[4]s
+http_listen: %[5]s
+lease_store: {endpoints: [%[1]s], key_prefix: /lab/}
+manager:
+  lease_ttl: 2s
+  renew_interval: 300ms
+  lease_renew_jitter: 100ms
+  renew_call_timeout: 200ms
+  acquire_poll_interval: 200ms
+  step_down_grace: 300ms
+  broker_health_step_down: 1s
+  failover_slo: 60s
+brokers:
+  local: {url: "%[2]s", keepalive: 1s, connect_timeout: 1s, reconcile_timeout: 1s, unmatched_grace: 300ms, close_timeout: 200ms}
+devices:
+  plc:
+    kind: modbus_tcp
+    address: %[3]s
+    connect_timeout: 500ms
+    request_timeout: 500ms
+    close_timeout: 200ms
+    groups:
+      - name: g
+        interval: 50ms
+        tags:
+          - {name: cycles, register: holding, address: 0, type: uint16}
+routes:
+  - {name: telemetry, session: plc, kind: poll, device: plc, broker: local, publish: every_poll, topic: "lab/{device}/{tag}"}
+`
+
+// keepalive is the brokers' MQTT keepalive in labConfig; the broker-path
+// budget adds mqtt.DetectionBound(keepalive).
+const keepalive = time.Second
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// binary builds leasebridge once per test process.
+func binary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "leasebridge-lab-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "leasebridge")
+		out, err := exec.Command("go", "build", "-o", binPath, "github.com/leasebridge/leasebridge/cmd/leasebridge").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// bridge is one `leasebridge run` process slot: its configuration, its
+// own mosquitto and the fault proxy on its broker path. A slot is
+// restarted (a new process, a new lease identity) after a trial ended it,
+// the way systemd or Kubernetes would.
+type bridge struct {
+	name    string
+	http    string
+	cfgPath string
+	logPath string
+	broker  *testmqtt.Mosquitto
+	proxy   *faultproxy.Proxy
+	report  admission.Report
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	done   chan struct{}
+	exit   int
+	exitAt time.Time
+	frozen bool
+	starts int
+}
+
+func newBridge(t *testing.T, dir, name, etcdEndpoints, plcAddr string, broker *testmqtt.Mosquitto, proxy *faultproxy.Proxy) *bridge {
+	t.Helper()
+	b := &bridge{name: name, http: freeAddr(t), cfgPath: filepath.Join(dir, name+".yaml"), logPath: filepath.Join(dir, name+".log"),
+		broker: broker, proxy: proxy}
+	y := fmt.Sprintf(labConfig, etcdEndpoints, "tcp://"+proxy.Addr(), plcAddr, name, b.http)
+	if err := os.WriteFile(b.cfgPath, []byte(y), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := routes.Parse(b.cfgPath, []byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reps := cfg.Admit()
+	if len(reps) != 1 || !reps[0].Admitted() {
+		t.Fatalf("lab configuration not admitted: %+v", reps)
+	}
+	b.report = reps[0]
+	t.Cleanup(func() {
+		b.mu.Lock()
+		cmd, done := b.cmd, b.done
+		b.mu.Unlock()
+		if cmd == nil {
+			return
+		}
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+		_ = cmd.Process.Kill()
+		<-done
+	})
+	return b
+}
+
+// start runs a new process in the slot; its log is appended to the slot's
+// log file.
+func (b *bridge) start(t *testing.T) {
+	t.Helper()
+	logf, err := os.OpenFile(b.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binary(t), "run", "-c", b.cfgPath, "--log-format", "json")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// Not under systemd here, whatever the environment says.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "NOTIFY_SOCKET=") && !strings.HasPrefix(kv, "WATCHDOG_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		t.Fatalf("start %s: %v", b.name, err)
+	}
+	done := make(chan struct{})
+	b.mu.Lock()
+	b.cmd, b.done, b.exit, b.exitAt, b.frozen = cmd, done, -1, time.Time{}, false
+	b.starts++
+	b.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		at := time.Now()
+		code := -1
+		var ee *exec.ExitError
+		switch {
+		case err == nil:
+			code = 0
+		case errors.As(err, &ee):
+			code = ee.ExitCode() // -1 when killed by a signal
+		}
+		logf.Close()
+		b.mu.Lock()
+		if b.cmd == cmd {
+			b.exit, b.exitAt = code, at
+		}
+		b.mu.Unlock()
+		close(done)
+	}()
+}
+
+// running reports whether the slot's process has not exited.
+func (b *bridge) running() bool {
+	b.mu.Lock()
+	done := b.done
+	b.mu.Unlock()
+	if done == nil {
+		return false
+	}
+	select {
+	case <-done:
+		return false
+	default:
+		return true
+	}
+}
+
+func (b *bridge) signal(sig syscall.Signal) error {
+	b.mu.Lock()
+	cmd := b.cmd
+	switch sig {
+	case syscall.SIGSTOP:
+		b.frozen = true
+	case syscall.SIGCONT:
+		b.frozen = false
+	}
+	b.mu.Unlock()
+	if cmd == nil {
+		return fmt.Errorf("%s: no process", b.name)
+	}
+	return cmd.Process.Signal(sig)
+}
+
+func (b *bridge) isFrozen() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.frozen
+}
+
+// waitExit waits for the process to end and returns its exit status (-1
+// for a signal) and when it ended.
+func (b *bridge) waitExit(limit time.Duration) (int, time.Time, error) {
+	b.mu.Lock()
+	done := b.done
+	b.mu.Unlock()
+	select {
+	case <-done:
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.exit, b.exitAt, nil
+	case <-time.After(limit):
+		return -1, time.Time{}, fmt.Errorf("%s did not exit within %s", b.name, limit)
+	}
+}
+
+var httpClient = &http.Client{Timeout: 500 * time.Millisecond}
+
+// status reads the process's /readyz; ok is false when it does not answer.
+func (b *bridge) status() (failover.SessionStatus, bool) {
+	if !b.running() || b.isFrozen() {
+		return failover.SessionStatus{}, false
+	}
+	resp, err := httpClient.Get("http://" + b.http + "/readyz")
+	if err != nil {
+		return failover.SessionStatus{}, false
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Sessions []failover.SessionStatus `json:"sessions"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || len(body.Sessions) != 1 {
+		return failover.SessionStatus{}, false
+	}
+	return body.Sessions[0], true
+}
+
+// logLine is the part of a JSON log line the lab reads.
+type logLine struct {
+	Time  time.Time `json:"time"`
+	Msg   string    `json:"msg"`
+	Epoch uint64    `json:"epoch"`
+	Cause string    `json:"cause"`
+}
+
+// logEvents returns the slot's log lines with message msg, in order.
+func (b *bridge) logEvents(msg string) []logLine {
+	f, err := os.Open(b.logPath)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []logLine
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		line := sc.Bytes()
+		if !strings.Contains(string(line), `"msg":"`+msg+`"`) {
+			continue
+		}
+		var l logLine
+		if json.Unmarshal(line, &l) == nil {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// activation is the term's activation as its owner logged it: from
+// "became owner" to "ServiceLevelFull" at epoch.
+func (b *bridge) activation(epoch uint64) (time.Duration, bool) {
+	var became, full time.Time
+	for _, l := range b.logEvents("became owner") {
+		if l.Epoch == epoch {
+			became = l.Time
+		}
+	}
+	for _, l := range b.logEvents("ServiceLevelFull") {
+		if l.Epoch == epoch {
+			full = l.Time
+		}
+	}
+	if became.IsZero() || full.IsZero() {
+		return 0, false
+	}
+	return full.Sub(became), true
+}
+
+// tail is the end of the slot's log, for failure messages.
+func (b *bridge) tail(n int) string {
+	data, err := os.ReadFile(b.logPath)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// sleepCtx sleeps d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
