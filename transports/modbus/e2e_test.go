@@ -98,8 +98,8 @@ func TestReadEveryTypeAndByteOrder(t *testing.T) {
 	p.coils[10], p.coils[12] = true, false
 	p.discrete[3] = true
 	misc := &routes.PollGroup{Name: "misc", Tags: []*routes.Tag{
-		{Name: "str", Address: "6000", Type: "string", Length: 10},
-		{Name: "str_swapped", Address: "6010", Type: "string", Length: 10, ByteOrder: "BADC"},
+		{Name: "str", Address: "6000", Type: "string", Length: 5},
+		{Name: "str_swapped", Address: "6010", Type: "string", Length: 5, ByteOrder: "BADC"},
 		{Name: "bit2", Address: "6020", Type: "bool", Bit: ptr(2)},
 		{Name: "bit15", Address: "6020", Type: "bool", Bit: ptr(15)},
 		{Name: "bit3", Address: "6020", Type: "bool", Bit: ptr(3)},
@@ -149,7 +149,7 @@ func TestWriteEveryType(t *testing.T) {
 		}
 	}
 	tags = append(tags,
-		&routes.Tag{Name: "str", Address: "600", Type: "string", Length: 7, Writable: true},
+		&routes.Tag{Name: "str", Address: "600", Type: "string", Length: 4, Writable: true},
 		&routes.Tag{Name: "bit4", Address: "610", Type: "bool", Bit: ptr(4), Writable: true},
 		&routes.Tag{Name: "coil", Address: "5", Register: "coil", Writable: true},
 		&routes.Tag{Name: "scaled", Address: "620", Type: "int16", Scale: ptr(0.1), Offset: 20, Writable: true},
@@ -216,7 +216,7 @@ func TestWriteEveryType(t *testing.T) {
 		{"ABCD_uint16", -1, ErrValue},
 		{"ABCD_int32", 1.5e10, ErrValue},
 		{"ABCD_uint64", "x", ErrValue},
-		{"str", "much too long", ErrValue},
+		{"str", "nine byte", ErrValue},
 		{"coil", 2, ErrValue},
 		{"ro", 1, ErrReadOnly},
 		{"nope", 1, ErrUnknownTag},

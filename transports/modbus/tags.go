@@ -27,7 +27,6 @@ const (
 	maxReadRegisters  = 125
 	maxReadBits       = 2000
 	maxWriteRegisters = 123
-	maxStringLength   = 2 * maxWriteRegisters
 )
 
 // tag is a parsed routes.Tag.
@@ -40,7 +39,7 @@ type tag struct {
 	typ      dataType
 	order    ByteOrder
 	bit      int // bit in a register for bool register tags, else -1
-	length   int // bytes of a string
+	length   int // bytes of a string: two per register
 	scale    *float64
 	offset   float64
 	writable bool
@@ -99,16 +98,19 @@ func parseTag(tg *routes.Tag, devOrder ByteOrder) (*tag, error) {
 			t.bit = *tg.Bit
 		case typeInt16, typeUint16, typeInt32, typeUint32, typeInt64, typeUint64, typeFloat32, typeFloat64:
 		case typeString:
-			if tg.Length < 1 || tg.Length > maxStringLength {
-				return nil, fmt.Errorf("%w: tag %q: a string needs length 1..%d (bytes)", ErrConfig, tg.Name, maxStringLength)
+			// length counts registers, two characters each, as the
+			// configuration documents it.
+			if tg.Length < 1 || tg.Length > maxWriteRegisters {
+				return nil, fmt.Errorf("%w: tag %q: a string needs length 1..%d (registers of two characters)", ErrConfig, tg.Name, maxWriteRegisters)
 			}
+			t.length = 2 * tg.Length
 		default:
 			return nil, fmt.Errorf("%w: tag %q: type %q: want bool, int16, uint16, int32, uint32, int64, uint64, float32, float64 or string", ErrConfig, tg.Name, tg.Type)
 		}
 		if tg.Bit != nil && typ != typeBool {
 			return nil, fmt.Errorf("%w: tag %q: bit needs type bool, not %q", ErrConfig, tg.Name, typ)
 		}
-		t.count = typ.registers(tg.Length)
+		t.count = typ.registers(t.length)
 	}
 	if (t.scale != nil || t.offset != 0) && (typ == typeBool || typ == typeString) {
 		return nil, fmt.Errorf("%w: tag %q: scale and offset apply to numbers, not to %s", ErrConfig, tg.Name, typ)

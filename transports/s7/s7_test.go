@@ -140,7 +140,7 @@ func TestReadEveryTypeAndArea(t *testing.T) {
 		{Name: "real", Address: "DB1.DBD8", Type: "REAL"}, {Name: "dint", Address: "DB1.DBD12", Type: "int32"},
 		{Name: "dword", Address: "DB1.DBD16"}, {Name: "lreal", Address: "DB1.DBB20", Type: "LREAL"},
 		{Name: "lint", Address: "DB1.DBB28", Type: "int64"}, {Name: "ulint", Address: "DB1.DBB36", Type: "uint64"},
-		{Name: "str", Address: "DB1.STRING44.20"}, {Name: "str2", Address: "DB1.DBB70", Type: "string", Length: 10},
+		{Name: "str", Address: "DB1.STRING44.20"}, {Name: "dbs", Address: "DB1.DBS44", Type: "string", Length: 20}, {Name: "str2", Address: "DB1.DBB70", Type: "string", Length: 10},
 		{Name: "scaled", Address: "DB1.DBW90", Type: "INT", Scale: ptr(0.01), Offset: -5},
 		{Name: "mw", Address: "MW10", Type: "INT"}, {Name: "m53", Address: "M5.3"}, {Name: "mx", Address: "MX5.2"},
 		{Name: "ib", Address: "IB0"}, {Name: "e01", Address: "E0.1"}, {Name: "iw", Address: "IW2"},
@@ -171,6 +171,7 @@ func TestReadEveryTypeAndArea(t *testing.T) {
 	mustGood(t, v, "lint", int64(-1234567890123456789))
 	mustGood(t, v, "ulint", uint64(12345678901234567890))
 	mustGood(t, v, "str", "hello s7")
+	mustGood(t, v, "dbs", "hello s7")
 	mustGood(t, v, "str2", "abc")
 	mustGood(t, v, "scaled", 10.0)
 	mustGood(t, v, "mw", int16(-2))

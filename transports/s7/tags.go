@@ -84,10 +84,10 @@ type tag struct {
 }
 
 var (
-	reDB     = regexp.MustCompile(`^DB(\d+)\.DB([XBWD])(\d+)(?:\.(\d+))?$`)
+	reDB     = regexp.MustCompile(`^DB(\d+)\.DB([XBWDS])(\d+)(?:\.(\d+))?$`)
 	reDBStr  = regexp.MustCompile(`^DB(\d+)\.(?:DB)?STRING(\d+)\.(\d+)$`)
 	reArea   = regexp.MustCompile(`^([MIEQA])([XBWD]?)(\d+)(?:\.(\d+))?$`)
-	addrForm = `want DB<n>.DBX<byte>.<bit>, DB<n>.DBB<byte>, DB<n>.DBW<byte>, DB<n>.DBD<byte>, DB<n>.STRING<byte>.<length>, or M, I (E) or Q (A) with X/B/W/D, e.g. M10.3, MW20, IB0, QD4`
+	addrForm = `want DB<n>.DBX<byte>.<bit>, DB<n>.DBB<byte>, DB<n>.DBW<byte>, DB<n>.DBD<byte>, DB<n>.DBS<byte> (with length) or DB<n>.STRING<byte>.<length>, or M, I (E) or Q (A) with X/B/W/D, e.g. M10.3, MW20, IB0, QD4`
 )
 
 // parseTag validates one tag. Errors name the tag and the offending field
@@ -117,6 +117,17 @@ func parseTag(tg *routes.Tag) (*tag, error) {
 		m := reDB.FindStringSubmatch(addr)
 		t.area, width, num, sub = areaDB, m[2], m[3], m[4]
 		t.db, _ = strconv.Atoi(m[1])
+		if width == "S" {
+			// DB<n>.DBS<byte> is a STRING whose declared length is the
+			// tag's length.
+			if sub != "" {
+				return nil, bad("a STRING address takes no .<bit>; give its length in length")
+			}
+			width, sub = "S", strconv.Itoa(tg.Length)
+			if tg.Length < 1 || tg.Length > maxString {
+				return nil, fmt.Errorf("%w: tag %q: a STRING at %s needs length 1..%d (its declared length)", ErrConfig, tg.Name, tg.Address, maxString)
+			}
+		}
 	case reArea.MatchString(addr):
 		m := reArea.FindStringSubmatch(addr)
 		t.area = map[string]area{"M": areaM, "I": areaI, "E": areaI, "Q": areaQ, "A": areaQ}[m[1]]
