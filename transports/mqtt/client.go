@@ -337,7 +337,7 @@ func (c *Client) activate(ctx context.Context) (paho.Client, error) {
 			return pc, nil
 		}
 		last = err
-		if errors.Is(err, ErrRefused) || errors.Is(err, ErrConfig) || errors.Is(err, ErrSubscriptionRejected) {
+		if errors.Is(err, ErrRefused) || errors.Is(err, ErrConfig) || errors.Is(err, ErrSubscriptionRejected) || errors.Is(err, ErrTLS) {
 			c.teardown(pc, false, 0)
 			return nil, err
 		}
@@ -496,6 +496,9 @@ func (c *Client) connect(ctx context.Context) (paho.Client, error) {
 				return nil, fmt.Errorf("%w: broker %s, client id %s, user %q: %s (CONNACK code %d)",
 					ErrRefused, c.s.url, c.s.clientID, c.s.creds.Username, packets.ConnackReturnCodes[rc], rc)
 			}
+		}
+		if certRejected(err) {
+			return nil, fmt.Errorf("%w: broker %s: %w", ErrTLS, c.s.url, err)
 		}
 		return nil, fmt.Errorf("broker %s: connect: %w", c.s.url, err)
 	}
@@ -749,6 +752,28 @@ func handler(s *Subscription) paho.MessageHandler {
 			m.Ack()
 		}
 	}
+}
+
+// certRejected tells whether a connect failed on a certificate: our
+// verification of the broker's, or the broker's alert about ours. Neither
+// improves by retrying within one activation.
+func certRejected(err error) bool {
+	var cv *tls.CertificateVerificationError
+	if errors.As(err, &cv) {
+		return true
+	}
+	// A TLS alert from the broker arrives as a net.OpError "remote error"
+	// around crypto/tls's unexported alert type: only its text tells.
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "remote error" && oe.Err != nil {
+		switch oe.Err.Error() {
+		case "tls: bad certificate", "tls: unsupported certificate", "tls: revoked certificate",
+			"tls: expired certificate", "tls: unknown certificate", "tls: unknown certificate authority",
+			"tls: access denied", "tls: certificate required":
+			return true
+		}
+	}
+	return false
 }
 
 // wait waits for a paho token under ctx.

@@ -28,6 +28,10 @@ var (
 	// user name or password, not authorized, rejected client id or
 	// protocol version. Activation stops at once on it.
 	ErrRefused = errors.New("mqtt: broker refused the connection")
+	// ErrTLS reports a certificate the TLS handshake rejected, on either
+	// side: an unknown CA, a wrong host name, an expired or missing client
+	// certificate. Activation stops at once on it.
+	ErrTLS = errors.New("mqtt: TLS certificate rejected")
 	// ErrNotConverged reports an activation that used all of its attempts
 	// without being connected with every subscription acknowledged.
 	ErrNotConverged = errors.New("mqtt: not converged")

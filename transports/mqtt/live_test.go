@@ -436,14 +436,21 @@ func TestTLS(t *testing.T) {
 	}
 
 	b.TLS = &routes.TLS{CAFile: pki.OtherCAFile, CertFile: pki.ClientCert, KeyFile: pki.ClientKey}
-	_, err := open(t, newClient(t, b, "tls-bad-ca"))
-	if !errors.Is(err, ErrNotConverged) || !strings.Contains(err.Error(), "certificate") {
-		t.Fatalf("unrelated CA: %v", err)
+	bad := newClient(t, b, "tls-bad-ca")
+	_, err := open(t, bad)
+	if !errors.Is(err, ErrTLS) || !strings.Contains(err.Error(), "certificate") || !strings.Contains(err.Error(), mq.URL) || bad.ConnectAttempts() != 1 {
+		t.Fatalf("unrelated CA: %v after %d attempts; want ErrTLS at once", err, bad.ConnectAttempts())
 	}
+	t.Logf("unrelated CA: %v", err)
 	b.TLS = &routes.TLS{CAFile: pki.CAFile}
-	if _, err := open(t, newClient(t, b, "tls-no-cert")); err == nil {
-		t.Fatal("connected without the required client certificate")
+	_, err = open(t, newClient(t, b, "tls-no-cert"))
+	// Under TLS 1.3 the broker's alert can lose the race against our
+	// CONNECT, which then meets a reset instead: ErrTLS when the alert is
+	// read, a failed activation either way.
+	if !errors.Is(err, ErrTLS) && !errors.Is(err, ErrNotConverged) {
+		t.Fatalf("no client certificate: %v", err)
 	}
+	t.Logf("no client certificate: %v", err)
 }
 
 // MQTT 3.1 (protocol_version 3) against mosquitto.
