@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"sync"
 	"testing"
+	"time"
 
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/hooks/auth"
@@ -31,6 +33,19 @@ type Mochi struct {
 // StartMochi starts an embedded broker that allows every client.
 func StartMochi(t testing.TB) *Mochi {
 	t.Helper()
+	return startMochi(t, false)
+}
+
+// StartMochiWebsocket starts an embedded broker speaking MQTT over
+// WebSocket; URL is ws://Addr. (Debian's mosquitto 2.0.11 cannot open a
+// websockets listener in this environment, so this is the WebSocket peer.)
+func StartMochiWebsocket(t testing.TB) *Mochi {
+	t.Helper()
+	return startMochi(t, true)
+}
+
+func startMochi(t testing.TB, websocket bool) *Mochi {
+	t.Helper()
 	s := mochi.New(&mochi.Options{
 		InlineClient: true,
 		// Quiet: the broker logs every connect at info level.
@@ -43,17 +58,47 @@ func StartMochi(t testing.TB) *Mochi {
 	if err := s.AddHook(ch, nil); err != nil {
 		t.Fatalf("testmqtt: mochi counter hook: %v", err)
 	}
-	ln := listeners.NewTCP(listeners.Config{ID: "tcp", Address: "127.0.0.1:0"})
+	var ln listeners.Listener
+	if websocket {
+		// The WebSocket listener cannot report a port it chose itself.
+		ln = listeners.NewWebsocket(listeners.Config{ID: "ws", Address: fmt.Sprintf("127.0.0.1:%d", freePort(t))})
+	} else {
+		ln = listeners.NewTCP(listeners.Config{ID: "tcp", Address: "127.0.0.1:0"})
+	}
 	if err := s.AddListener(ln); err != nil {
 		t.Fatalf("testmqtt: mochi listener: %v", err)
 	}
 	if err := s.Serve(); err != nil {
 		t.Fatalf("testmqtt: mochi serve: %v", err)
 	}
+	t.Cleanup(func() { _ = s.Close() })
 	m := &Mochi{Server: s, Addr: ln.Address(), counter: ch}
 	m.URL = "tcp://" + m.Addr
-	t.Cleanup(func() { _ = s.Close() })
+	if websocket {
+		m.URL = "ws://" + m.Addr
+		waitListening(t, m.Addr)
+	}
 	return m
+}
+
+// waitListening waits until addr accepts a TCP connection.
+func waitListening(t testing.TB, addr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	for {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			c.Close()
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("testmqtt: nothing listening on %s after %v: %v", addr, startTimeout, err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
 
 // Connected is the number of clients connected now (the inline client is

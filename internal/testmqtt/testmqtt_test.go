@@ -147,3 +147,14 @@ func TestMosquittoTLSClientCert(t *testing.T) {
 		t.Fatalf("server verified against an unrelated CA: %v", err)
 	}
 }
+
+func TestMochiWebsocket(t *testing.T) {
+	m := StartMochiWebsocket(t)
+	if !strings.HasPrefix(m.URL, "ws://") {
+		t.Fatalf("url %s", m.URL)
+	}
+	roundTrip(t, m.URL, nil)
+	if m.PeakConnected() != 1 {
+		t.Fatalf("peak %d", m.PeakConnected())
+	}
+}

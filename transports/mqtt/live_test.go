@@ -490,3 +490,35 @@ func TestProtocolVersion3(t *testing.T) {
 		t.Fatalf("CONNECT protocol levels %v, want [3]", f.protocolLevels)
 	}
 }
+
+// MQTT over WebSocket (ws://) goes through the same bounded activation.
+func TestWebsocket(t *testing.T) {
+	m := testmqtt.StartMochiWebsocket(t)
+	got := make(chan string, 1)
+	c := newClient(t, testBroker(m.URL), "ws")
+	if err := c.Subscribe(Subscription{Filter: "ws/#", QoS: 1, Handler: func(msg Message) { got <- string(msg.Payload) }}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := open(t, c); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Publish(context.Background(), "ws/a", 1, false, []byte("over websocket")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case s := <-got:
+		if s != "over websocket" {
+			t.Fatalf("got %q", s)
+		}
+	case <-time.After(hang):
+		t.Fatal("no message over ws://")
+	}
+	if err := c.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), hang)
+	defer cancel()
+	if err := m.WaitConnected(ctx, func(n int) bool { return n == 0 }); err != nil {
+		t.Fatalf("websocket connection left after Close: %v", err)
+	}
+}

@@ -25,6 +25,11 @@ func TestEncodeValue(t *testing.T) {
 	if string(b) != `{"timestamp":1764556800123,"quality":"bad","error":"timeout","epoch":9}` {
 		t.Fatalf("bad value: %s", b)
 	}
+	// A zero value is a value, not an absent one.
+	b, err = EncodeValue(transports.Value{Tag: "z", Value: 0, Quality: transports.Good, Timestamp: ts}, 1)
+	if err != nil || string(b) != `{"timestamp":1764556800123,"value":0,"quality":"good","epoch":1}` {
+		t.Fatalf("zero value: %s %v", b, err)
+	}
 	if _, err := EncodeValue(transports.Value{Tag: "ch", Value: make(chan int)}, 1); err == nil {
 		t.Fatal("unencodable value accepted")
 	}
