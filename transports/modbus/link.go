@@ -2,13 +2,16 @@ package modbus
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"time"
 
 	"github.com/goburrow/modbus"
+	"github.com/goburrow/serial"
 )
 
 // link is one open connection to a device. It is the goburrow Transporter
@@ -64,27 +67,85 @@ func (l *tcpLink) Send(adu []byte) ([]byte, error) {
 	return resp, nil
 }
 
-// rtuLink is a Modbus RTU serial line.
+// rtuLink is a Modbus RTU serial line. goburrow/serial's port is not safe
+// to close while another goroutine reads it (both touch its descriptor), so
+// reads poll in short slices (the port's own timeout) and a close requested
+// during an exchange is carried out by the exchange itself, within one
+// slice.
 type rtuLink struct {
 	port       io.ReadWriteCloser
 	deadline   time.Time
 	frameDelay time.Duration // the 3.5-character silence between frames
 	last       time.Time     // end of the previous exchange
 
-	mu     sync.Mutex
-	closed bool
+	mu      sync.Mutex
+	busy    bool // an exchange is using the port
+	closing bool // close was asked for
+	closed  bool
 }
+
+// rtuReadSlice is the serial read timeout: how often a waiting exchange
+// checks for a close request and its deadline.
+const rtuReadSlice = 20 * time.Millisecond
+
+// errRTUClosed ends an exchange whose link was closed meanwhile.
+var errRTUClosed = errors.New("serial line closed")
 
 func (l *rtuLink) setDeadline(d time.Time) { l.deadline = d }
 
+// close closes the port now, or asks the running exchange to do so.
 func (l *rtuLink) close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.closed {
+	l.closing = true
+	if l.busy || l.closed {
 		return nil
 	}
 	l.closed = true
 	return l.port.Close()
+}
+
+// begin marks an exchange running, unless the link is closing.
+func (l *rtuLink) begin() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closing {
+		return errRTUClosed
+	}
+	l.busy = true
+	return nil
+}
+
+// end finishes an exchange, closing the port if that was asked meanwhile.
+func (l *rtuLink) end() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.busy = false
+	if l.closing && !l.closed {
+		l.closed = true
+		_ = l.port.Close()
+	}
+}
+
+// Read reads what the line has, waiting in slices until the deadline or a
+// close request.
+func (l *rtuLink) Read(p []byte) (int, error) {
+	for {
+		l.mu.Lock()
+		closing := l.closing
+		l.mu.Unlock()
+		if closing {
+			return 0, errRTUClosed
+		}
+		if !l.deadline.IsZero() && !time.Now().Before(l.deadline) {
+			return 0, os.ErrDeadlineExceeded
+		}
+		n, err := l.port.Read(p)
+		if n == 0 && errors.Is(err, serial.ErrTimeout) {
+			continue
+		}
+		return n, err
+	}
 }
 
 // rtuFrameDelay is the inter-frame silence for a baud rate: 3.5 characters
@@ -106,18 +167,16 @@ func (l *rtuLink) Send(adu []byte) ([]byte, error) {
 	if wait := l.frameDelay - time.Since(l.last); wait > 0 {
 		time.Sleep(wait)
 	}
-	defer func() { l.last = time.Now() }()
-	// A serial port has no deadline; closing it is what ends a read that
-	// outlives the request timeout.
-	if !l.deadline.IsZero() {
-		timer := time.AfterFunc(time.Until(l.deadline), func() { _ = l.close() })
-		defer timer.Stop()
+	if err := l.begin(); err != nil {
+		return nil, err
 	}
+	defer l.end()
+	defer func() { l.last = time.Now() }()
 	if _, err := l.port.Write(adu); err != nil {
 		return nil, err
 	}
 	resp := make([]byte, 2, 256)
-	if _, err := io.ReadFull(l.port, resp); err != nil {
+	if _, err := io.ReadFull(l, resp); err != nil {
 		return nil, err
 	}
 	var rest int
@@ -128,7 +187,7 @@ func (l *rtuLink) Send(adu []byte) ([]byte, error) {
 		fc == modbus.FuncCodeReadHoldingRegisters, fc == modbus.FuncCodeReadInputRegisters,
 		fc == modbus.FuncCodeReadWriteMultipleRegisters:
 		resp = resp[:3]
-		if _, err := io.ReadFull(l.port, resp[2:3]); err != nil {
+		if _, err := io.ReadFull(l, resp[2:3]); err != nil {
 			return nil, err
 		}
 		rest = int(resp[2]) + 2
@@ -142,7 +201,7 @@ func (l *rtuLink) Send(adu []byte) ([]byte, error) {
 	}
 	n := len(resp)
 	resp = resp[:n+rest]
-	if _, err := io.ReadFull(l.port, resp[n:]); err != nil {
+	if _, err := io.ReadFull(l, resp[n:]); err != nil {
 		return nil, err
 	}
 	return resp, nil

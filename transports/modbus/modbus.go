@@ -403,7 +403,7 @@ func (t *Transport) dialRTU(ctx context.Context) (link, error) {
 		DataBits: t.serial.DataBits,
 		StopBits: t.serial.StopBits,
 		Parity:   t.serial.Parity,
-		Timeout:  t.requestTimeout,
+		Timeout:  rtuReadSlice,
 	}
 	if cfg.BaudRate == 0 {
 		cfg.BaudRate = 19200
