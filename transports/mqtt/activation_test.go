@@ -287,3 +287,85 @@ func TestActivationSubscriptionRejected(t *testing.T) {
 		t.Fatalf("%d connect attempts after a rejection, want 1", c.ConnectAttempts())
 	}
 }
+
+// stalledBehindProxy is a broker that never answers CONNECT, reached
+// through a fault proxy that counts the client's sockets.
+func stalledBehindProxy(t *testing.T) *faultproxy.Proxy {
+	t.Helper()
+	f := startFake(t, false, never, never)
+	p, err := faultproxy.Start(context.Background(), f.ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+func noSocketsLeft(t *testing.T, p *faultproxy.Proxy) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), hang)
+	defer cancel()
+	if err := p.WaitFor(ctx, func(s faultproxy.Stats) bool { return s.Current == 0 && s.Accepted >= 1 }); err != nil {
+		t.Fatalf("sockets left after the activation ended: %v", err)
+	}
+}
+
+// Cancelling the caller's context abandons the activation and closes what
+// it opened.
+func TestActivationCancelled(t *testing.T) {
+	p := stalledBehindProxy(t)
+	c := newClient(t, testBroker("tcp://"+p.Addr()), "cancel")
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		// Cancel once the connect is under way.
+		wctx, wcancel := context.WithTimeout(context.Background(), hang)
+		defer wcancel()
+		_ = p.WaitFor(wctx, func(s faultproxy.Stats) bool { return s.Current == 1 })
+		cancel()
+	}()
+	err := c.Open(ctx)
+	if !errors.Is(err, context.Canceled) || c.ConnectAttempts() != 1 {
+		t.Fatalf("Open: %v after %d attempts", err, c.ConnectAttempts())
+	}
+	noSocketsLeft(t, p)
+	if c.State().Converged {
+		t.Fatal("converged after a cancelled Open")
+	}
+}
+
+// Close while Open is still activating ends both within their bounds and
+// leaves no socket.
+func TestCloseDuringOpen(t *testing.T) {
+	p := stalledBehindProxy(t)
+	c := newClient(t, testBroker("tcp://"+p.Addr()), "race")
+	opened := make(chan error, 1)
+	go func() { _, err := open(t, c); opened <- err }()
+	wctx, wcancel := context.WithTimeout(context.Background(), hang)
+	defer wcancel()
+	if err := p.WaitFor(wctx, func(s faultproxy.Stats) bool { return s.Current == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := c.Close(context.Background()); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if took := time.Since(start); took > c.CloseBound() {
+		t.Fatalf("Close during Open took %v, bound %v", took, c.CloseBound())
+	}
+	select {
+	case err := <-opened:
+		if err == nil {
+			t.Fatal("Open succeeded against a broker that never answers")
+		}
+	case <-time.After(hang):
+		t.Fatal("Open did not return after Close")
+	}
+	noSocketsLeft(t, p)
+	// The client can be opened again (next ownership); a cancelled context
+	// keeps this attempt short.
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := c.Open(done); errors.Is(err, ErrOpen) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("reopen after Close: %v", err)
+	}
+}
