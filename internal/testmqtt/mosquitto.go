@@ -56,6 +56,9 @@ type Mosquitto struct {
 	done chan struct{}
 }
 
+// fallbackPaths are tried when mosquitto is not on PATH.
+var fallbackPaths = []string{"/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto"}
+
 // LookMosquitto finds the binary; the test fails (never skips) when it is
 // missing, because skipping would hide the missing coverage.
 func LookMosquitto(t testing.TB) string {
@@ -63,7 +66,7 @@ func LookMosquitto(t testing.TB) string {
 	if p, err := exec.LookPath(MosquittoBinary); err == nil {
 		return p
 	}
-	for _, p := range []string{"/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto"} {
+	for _, p := range fallbackPaths {
 		if _, err := os.Stat(p); err == nil {
 			return p
 		}

@@ -2,6 +2,8 @@ package testmqtt
 
 import (
 	"context"
+	"fmt"
+	"runtime"
 	"crypto/tls"
 	"crypto/x509"
 	"os"
@@ -156,5 +158,36 @@ func TestMochiWebsocket(t *testing.T) {
 	roundTrip(t, m.URL, nil)
 	if m.PeakConnected() != 1 {
 		t.Fatalf("peak %d", m.PeakConnected())
+	}
+}
+
+// fatalRecorder records the Fatalf of the code under test instead of
+// failing this test.
+type fatalRecorder struct {
+	testing.TB
+	msg string
+}
+
+func (r *fatalRecorder) Helper() {}
+
+func (r *fatalRecorder) Fatalf(format string, args ...any) {
+	r.msg = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+// Without the binary the test fails, naming the fix; it never skips.
+func TestMissingMosquittoFails(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	saved := fallbackPaths
+	fallbackPaths = nil
+	defer func() { fallbackPaths = saved }()
+	r := &fatalRecorder{TB: t}
+	done := make(chan string)
+	go func() {
+		defer func() { done <- r.msg }()
+		LookMosquitto(r)
+	}()
+	if msg := <-done; !strings.Contains(msg, "install mosquitto (scripts/test does)") {
+		t.Fatalf("missing binary reported as %q", msg)
 	}
 }
