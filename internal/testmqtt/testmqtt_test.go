@@ -2,11 +2,11 @@ package testmqtt
 
 import (
 	"context"
-	"fmt"
-	"runtime"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
