@@ -85,8 +85,12 @@ type trial struct {
 	Stale int
 	// Terms lists every "became owner" logged during the trial.
 	Terms []string
-	Exit  string
-	Errs  []string
+	// FenceClose is quorum loss to the fenced owner's device socket closing.
+	FenceClose time.Duration
+	// Exit is how the faulted owner process ended; Fault names what was
+	// done when it is not the owner's process.
+	Exit, Fault string
+	Errs        []string
 }
 
 func (tr *trial) fail(format string, args ...any) {
@@ -358,7 +362,7 @@ func (l *lab) ownerKill(tr *trial, owner *bridge) {
 	if _, _, err := owner.waitExit(5 * time.Second); err != nil {
 		tr.fail("%v", err)
 	}
-	tr.Exit = "killed"
+	tr.Exit = "SIGKILL"
 	l.takeover(tr, t0, owner)
 }
 
@@ -378,7 +382,7 @@ func (l *lab) ownerStop(tr *trial, owner *bridge) {
 		tr.fail("SIGSTOP: %v", err)
 		return
 	}
-	tr.Exit = "resumed"
+	tr.Fault = "SIGCONT after the takeover"
 	// The last renew the owner sent successfully was sent before t0, so its
 	// fence deadline is no later than this.
 	fenceBy := t0.Add(l.report.FenceAfter)
@@ -462,7 +466,7 @@ func (l *lab) leaderKill(tr *trial, owner *bridge) {
 	}
 	t0 := time.Now()
 	l.etcd.Kill(li)
-	tr.Exit = fmt.Sprintf("m%d killed", li)
+	tr.Fault = fmt.Sprintf("etcd m%d killed", li)
 	// Long enough for an owner that could not renew to pass its fence
 	// deadline and for its successor to have taken over.
 	pb, _ := admission.PollBoundary(l.report.Timing.AcquirePollInterval)
@@ -526,7 +530,7 @@ func (l *lab) quorumLoss(tr *trial, owner *bridge) {
 	// No renew can land after this instant: its deadline is at most
 	// FenceAfter later.
 	q1 := time.Now()
-	tr.Exit = fmt.Sprintf("m%d,m%d killed", victims[0], victims[1])
+	tr.Fault = fmt.Sprintf("etcd m%d, m%d killed", victims[0], victims[1])
 	fenceBy := q1.Add(l.report.FenceAfter)
 	_ = sleepCtx(l.ctx, l.report.Timing.LeaseTTL+l.report.Timing.RenewInterval)
 	// Quorum returns when the members are started again: measuring from
@@ -548,6 +552,8 @@ func (l *lab) quorumLoss(tr *trial, owner *bridge) {
 	}
 	if c.CloseAt.IsZero() {
 		tr.fail("the fenced owner's device connection %d is still open", conn.ID)
+	} else {
+		tr.FenceClose = c.CloseAt.Sub(q1)
 	}
 	final := c.Ups[len(c.Ups)-1]
 	atFence := c.at(fenceBy)

@@ -235,8 +235,14 @@ func (l *lab) markdown() string {
 			fenced = fmt.Sprint(tr.FencedRequests)
 		}
 		var notes []string
+		if tr.Fault != "" {
+			notes = append(notes, tr.Fault)
+		}
 		if tr.Exit != "" {
-			notes = append(notes, "owner: "+tr.Exit)
+			notes = append(notes, "owner exit: "+tr.Exit)
+		}
+		if tr.FenceClose > 0 {
+			notes = append(notes, "fenced owner closed its device socket "+fs(tr.FenceClose)+" after the loss")
 		}
 		if tr.Kind == kindStop && tr.Failover {
 			notes = append(notes, "closed "+fs(tr.CloseAfterCont)+" after SIGCONT")

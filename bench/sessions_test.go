@@ -1,0 +1,263 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leasebridge/leasebridge/failover"
+	"github.com/leasebridge/leasebridge/internal/testetcd"
+	"github.com/leasebridge/leasebridge/internal/testmqtt"
+	"github.com/leasebridge/leasebridge/routes"
+)
+
+// manySessions is how many sessions one process holds.
+const manySessions = 1000
+
+// idleWindow is how long the idle process is measured: three renew rounds
+// of the clustered profile (renew_interval 10s).
+const idleWindow = 30 * time.Second
+
+// manyConfig: the clustered profile (lease_ttl 45s, renew_interval 10s,
+// jitter 1s), one Modbus device per session polled every 10s and
+// published on change, one MQTT broker. %[1]s etcd, %[2]s broker URL,
+// %[3]s the HTTP address; devices and routes follow.
+const manyConfig = `deployment_mode: clustered
+node: many
+http_listen: %[3]s
+lease_store: {endpoints: ["%[1]s"], key_prefix: /many/}
+manager:
+  broker_health_step_down: "off"
+  failover_slo: 900s
+brokers:
+  local: {url: "%[2]s", connect_timeout: 10s, reconcile_timeout: 10s, unmatched_grace: 1s}
+`
+
+func writeManyConfig(tb testing.TB, etcd, broker, modbusAddr, httpAddr string) (string, *routes.Config) {
+	tb.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, manyConfig, etcd, broker, httpAddr)
+	b.WriteString("devices:\n")
+	for i := range manySessions {
+		fmt.Fprintf(&b, "  d%04d: {kind: modbus_tcp, address: \"%s\", groups: [{name: g, interval: 10s, tags: [{name: cycles, register: holding, address: 0, type: uint16}]}]}\n", i, modbusAddr)
+	}
+	b.WriteString("routes:\n")
+	for i := range manySessions {
+		fmt.Fprintf(&b, "  - {name: r%04d, session: s%04d, kind: poll, device: d%04d, broker: local}\n", i, i, i)
+	}
+	path := filepath.Join(tb.TempDir(), "many.yaml")
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	cfg, err := routes.Load(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return path, cfg
+}
+
+// procStat returns a process's user+system CPU time and its resident and
+// peak resident set sizes in bytes.
+func procStat(pid int) (cpu time.Duration, rss, hwm int64, err error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	// Fields after the parenthesised command name; utime and stime are the
+	// 14th and 15th fields of the whole line.
+	s := string(data)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	const hz = 100 // USER_HZ on Linux
+	cpu = time.Duration(ut+st) * time.Second / hz
+	status, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer status.Close()
+	sc := bufio.NewScanner(status)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		switch k {
+		case "VmRSS":
+			rss = kb * 1024
+		case "VmHWM":
+			hwm = kb * 1024
+		}
+	}
+	return cpu, rss, hwm, nil
+}
+
+// metricSum adds up the samples of a Prometheus text exposition whose line
+// starts with name and contains every label in labels.
+func metricSum(url, name string, labels ...string) (float64, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var sum float64
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+next:
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name) {
+			continue
+		}
+		for _, l := range labels {
+			if !strings.Contains(line, l) {
+				continue next
+			}
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err == nil {
+			sum += v
+		}
+	}
+	return sum, sc.Err()
+}
+
+// readyCount counts the sessions the process owns at ServiceLevelFull.
+func readyCount(httpAddr string) (int, error) {
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + httpAddr + "/readyz")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Sessions []failover.SessionStatus `json:"sessions"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, s := range body.Sessions {
+		if s.Owner && s.ServiceLevelFull {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// BenchmarkThousandSessions runs one `leasebridge run` process holding
+// 1,000 sessions (each a Modbus connection and an MQTT connection, against
+// a single Debian etcd member and one mosquitto), waits until every
+// session is at ServiceLevelFull, then measures the idle process over
+// idleWindow: RSS, CPU and the etcd requests per renew round. It runs once
+// whatever b.N is.
+func BenchmarkThousandSessions(b *testing.B) {
+	etcd := testetcd.StartBinary(b, 1)
+	broker := testmqtt.StartMosquitto(b, testmqtt.MosquittoConfig{})
+	modbusAddr, _ := startModbus(b, 2*manySessions)
+	httpAddr := freeAddr(b)
+	path, cfg := writeManyConfig(b, etcd.Endpoints()[0], broker.URL, modbusAddr, httpAddr)
+	reps := cfg.Admit()
+	renew := reps[0].Timing.RenewInterval
+
+	logf, err := os.Create(filepath.Join(b.TempDir(), "many.log"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(lbBinary(b), "run", "-c", path)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(60 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	}()
+
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	for {
+		n, err := readyCount(httpAddr)
+		if err == nil && n == manySessions {
+			break
+		}
+		select {
+		case err := <-done:
+			b.Fatalf("leasebridge run exited: %v", err)
+		case <-ctx.Done():
+			b.Fatalf("%d of %d sessions at ServiceLevelFull after %s (%v)", n, manySessions, time.Since(start), err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	allFull := time.Since(start)
+	// Let the takeover burst settle before measuring the idle process.
+	time.Sleep(renew)
+
+	metrics := etcd.Endpoints()[0] + "/metrics"
+	kv := func(method string) float64 {
+		v, err := metricSum(metrics, "grpc_server_handled_total", `grpc_method="`+method+`"`, `grpc_service="etcdserverpb.KV"`)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return v
+	}
+	txn0, range0 := kv("Txn"), kv("Range")
+	cpu0, _, _, err := procStat(cmd.Process.Pid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	t0 := time.Now()
+	time.Sleep(idleWindow)
+	cpu1, rss, hwm, err := procStat(cmd.Process.Pid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	el := time.Since(t0)
+	txn1, range1 := kv("Txn"), kv("Range")
+	goroutines, err := metricSum("http://"+httpAddr+"/metrics", "go_goroutines")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.Signal(0)); err != nil {
+		b.Fatal(errors.New("leasebridge run ended during the measurement"))
+	}
+	rounds := el.Seconds() / renew.Seconds()
+	m := map[string]float64{
+		"sessions":             manySessions,
+		"all_full_s":           allFull.Seconds(),
+		"rss_MB":               float64(rss) / (1 << 20),
+		"peak_rss_MB":          float64(hwm) / (1 << 20),
+		"cpu_idle_pct":         100 * (cpu1 - cpu0).Seconds() / el.Seconds(),
+		"txn_per_round":        (txn1 - txn0) / rounds,
+		"range_per_round":      (range1 - range0) / rounds,
+		"renew_interval_s":     renew.Seconds(),
+		"window_s":             el.Seconds(),
+		"goroutines":           goroutines,
+		"etcd_reqs_per_second": (txn1 - txn0 + range1 - range0) / el.Seconds(),
+	}
+	for _, k := range []string{"rss_MB", "peak_rss_MB", "cpu_idle_pct", "txn_per_round", "range_per_round"} {
+		b.ReportMetric(m[k], k)
+	}
+	record("sessions/1000", result{N: 1, Wall: el, Metrics: m})
+}
