@@ -64,6 +64,12 @@ func NewBridge(name string, remote, local *Client, topics []*routes.TopicMap) (*
 	if len(topics) == 0 {
 		return nil, fmt.Errorf("%w: bridge %s: no topics", ErrConfig, name)
 	}
+	// Two brokers configured with the same address and client id are one
+	// broker that would see the session twice: each connection would take
+	// the other's place forever.
+	if remote.s.url.Host == local.s.url.Host && remote.s.clientID == local.s.clientID {
+		return nil, fmt.Errorf("%w: bridge %s: remote %s and local %s are the same broker with the same client id %s", ErrConfig, name, remote.URL(), local.URL(), local.ClientID())
+	}
 	b := &Bridge{name: name, remote: remote, local: local,
 		in: make(chan pending, queueDepth), out: make(chan pending, queueDepth)}
 	for _, t := range topics {

@@ -2,6 +2,7 @@ package mqtt
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"testing"
@@ -29,6 +30,10 @@ func TestMappingTargets(t *testing.T) {
 		if got := m.target(tc.topic); got != tc.want {
 			t.Errorf("from %q to %q: %q -> %q, want %q", tc.from, tc.to, tc.topic, got, tc.want)
 		}
+	}
+	same := testBroker("tcp://127.0.0.1:1883")
+	if _, err := NewBridge("b", newClient(t, same, "s"), newClient(t, same, "s"), []*routes.TopicMap{{From: "a"}}); !errors.Is(err, ErrConfig) {
+		t.Errorf("bridge onto the same broker and client id: %v", err)
 	}
 	for _, bad := range []routes.TopicMap{{From: "a", QoS: 3}, {From: "a", Direction: "sideways"}, {From: "a/#", To: "b/#"}, {To: "x"}} {
 		if _, err := newMapping(&bad); err == nil {
