@@ -136,7 +136,11 @@ type Transport struct {
 	owner     context.Context
 	stopOwner func() bool
 	closed    bool
-	state     transports.State
+	// life ends when the transport closes; it cancels a dial in progress
+	// so Close leaves no connection being made behind it.
+	life    context.Context
+	endLife context.CancelFunc
+	state   transports.State
 
 	// dial opens a connection; tests replace it to reach an in-memory
 	// serial line.
@@ -162,6 +166,7 @@ func New(name string, dev *routes.Device) (*Transport, error) {
 		tags:           map[string]*tag{},
 		state:          transports.State{Since: time.Now(), Err: ErrNotOpen},
 	}
+	t.life, t.endLife = context.WithCancel(context.Background())
 	switch dev.Kind {
 	case routes.KindModbusTCP:
 		if _, _, err := net.SplitHostPort(dev.Address); err != nil && dev.Address != "" && !strings.Contains(dev.Address, ":") {
@@ -312,6 +317,7 @@ func (t *Transport) Open(ctx context.Context) error {
 func (t *Transport) shut(reason error) {
 	t.mu.Lock()
 	t.closed = true
+	t.endLife()
 	l := t.link
 	t.link, t.client = nil, nil
 	t.setStateLocked(false, reason)
@@ -353,6 +359,8 @@ func (t *Transport) connected(ctx context.Context) (link, modbus.Client, error) 
 	}
 	dctx, cancel := context.WithTimeout(ctx, t.connectTimeout)
 	defer cancel()
+	stopLife := context.AfterFunc(t.life, cancel)
+	defer stopLife()
 	stop := context.AfterFunc(owner, cancel)
 	defer stop()
 	l, err := t.dial(dctx)

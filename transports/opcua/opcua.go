@@ -131,6 +131,10 @@ type Transport struct {
 	owner     context.Context
 	stopOwner func() bool
 	closed    bool
+	// life ends when the transport closes; it cancels a dial in progress
+	// so Close leaves no connection being made behind it.
+	life      context.Context
+	endLife   context.CancelFunc
 	done      chan struct{} // closed when the transport closes
 	state     transports.State
 	cache     map[string]transports.Value // last delivered value of subscribed tags
@@ -186,6 +190,7 @@ func New(name string, dev *routes.Device) (*Transport, error) {
 		state: transports.State{Since: time.Now(), Err: ErrNotOpen},
 		done:  make(chan struct{}),
 	}
+	t.life, t.endLife = context.WithCancel(context.Background())
 	switch strings.ToLower(strings.TrimPrefix(dev.SecurityPolicy, "http://opcfoundation.org/UA/SecurityPolicy#")) {
 	case "", "none":
 		t.policy = PolicyNone
@@ -386,6 +391,7 @@ func (t *Transport) shut(reason error) {
 	}
 	t.closed = true
 	close(t.done)
+	t.endLife()
 	s := t.cur
 	t.cur = nil
 	t.state = transports.State{Since: time.Now(), Err: reason}
@@ -463,10 +469,17 @@ func (t *Transport) session(ctx context.Context) (*session, error) {
 func (t *Transport) connect(ctx, owner context.Context) (*session, error) {
 	dctx, cancel := context.WithTimeout(ctx, t.connectTimeout)
 	defer cancel()
+	stopLife := context.AfterFunc(t.life, cancel)
+	defer stopLife()
 	stop := context.AfterFunc(owner, cancel)
 	defer stop()
 
+	abort := &abortableDial{}
+	defer abort.finish()
+	stopAbort := abort.watch(dctx)
+	defer stopAbort()
 	opts := []opcua.Option{
+		abort.option(),
 		// The library must not reconnect on its own: a reconnection outside
 		// the owner context could outlive it.
 		opcua.AutoReconnect(false),
@@ -509,7 +522,7 @@ func (t *Transport) connect(ctx, owner context.Context) (*session, error) {
 		t.mu.Unlock()
 		if eps == nil {
 			var err error
-			if eps, err = opcua.GetEndpoints(dctx, t.endpoint); err != nil {
+			if eps, err = opcua.GetEndpoints(dctx, t.endpoint, abort.option()); err != nil {
 				return nil, fmt.Errorf("get endpoints: %w", err)
 			}
 			t.mu.Lock()

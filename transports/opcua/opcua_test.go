@@ -471,3 +471,34 @@ func TestGuard(t *testing.T) {
 		t.Errorf("%d requests reached the server past the fence", got-sent)
 	}
 }
+
+// TestCloseDuringConnect closes while the server is silent mid-connect:
+// Open returns at once and no connection is left being made.
+func TestCloseDuringConnect(t *testing.T) {
+	srv := startServer(t)
+	r := newRig(t, srv, &routes.Device{ConnectTimeout: routes.Duration(30 * time.Second)}, true)
+	r.halfOpen = true // the blackhole hides our close from the server
+	if err := r.proxy.SetMode(faultproxy.Blackhole); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.tr.Open(r.owner) }()
+	if err := r.proxy.WaitFor(context.Background(), func(s faultproxy.Stats) bool { return s.Accepted == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := r.tr.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("Open succeeded after Close")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Open still connecting 10s after Close")
+	}
+	if took := time.Since(start); took > r.tr.CloseBound() {
+		t.Errorf("the connect outlived Close by %v, beyond the close bound %v", took, r.tr.CloseBound())
+	}
+}

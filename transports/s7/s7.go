@@ -147,7 +147,11 @@ type Transport struct {
 	owner     context.Context
 	stopOwner func() bool
 	closed    bool
-	state     transports.State
+	// life ends when the transport closes; it cancels a dial in progress
+	// so Close leaves no connection being made behind it.
+	life    context.Context
+	endLife context.CancelFunc
+	state   transports.State
 }
 
 // New builds a transport for an s7 device, checking every tag.
@@ -167,6 +171,7 @@ func New(name string, dev *routes.Device) (*Transport, error) {
 		tags:           map[string]*tag{},
 		state:          transports.State{Since: time.Now(), Err: ErrNotOpen},
 	}
+	t.life, t.endLife = context.WithCancel(context.Background())
 	if _, _, err := net.SplitHostPort(t.address); err != nil {
 		if t.address == "" || strings.Contains(t.address, ":") {
 			return nil, fmt.Errorf("%w: device %q: address %q: want host or host:port: %v", ErrConfig, name, dev.Address, err)
@@ -304,6 +309,7 @@ func (t *Transport) Open(ctx context.Context) error {
 func (t *Transport) shut(reason error) {
 	t.mu.Lock()
 	t.closed = true
+	t.endLife()
 	c := t.cur
 	t.cur = nil
 	t.setStateLocked(false, reason)
@@ -370,6 +376,8 @@ func (t *Transport) connected(ctx context.Context) (*conn, error) {
 func (t *Transport) dial(ctx, owner context.Context) (*conn, error) {
 	dctx, cancel := context.WithTimeout(ctx, t.connectTimeout)
 	defer cancel()
+	stopLife := context.AfterFunc(t.life, cancel)
+	defer stopLife()
 	stopOwner := context.AfterFunc(owner, cancel)
 	defer stopOwner()
 	var d net.Dialer

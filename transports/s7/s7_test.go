@@ -566,3 +566,31 @@ func TestGuard(t *testing.T) {
 		t.Errorf("%d jobs reached the PLC past the fence", got-jobs)
 	}
 }
+
+// TestCloseDuringConnect closes while the handshake hangs: Open returns
+// at once and no connection is left being made.
+func TestCloseDuringConnect(t *testing.T) {
+	r := newRig(t, 240, &routes.Device{ConnectTimeout: routes.Duration(30 * time.Second),
+		Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Name: "x", Address: "MW0"}}}}})
+	r.srv.Hang()
+	defer r.srv.Unhang()
+	done := make(chan error, 1)
+	go func() { done <- r.tr.Open(r.owner) }()
+	if err := r.proxy.WaitFor(context.Background(), func(s faultproxy.Stats) bool { return len(s.Conns) == 1 && s.Conns[0].Requests >= 1 }); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := r.tr.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	err := <-done
+	if err := r.proxy.WaitFor(context.Background(), func(s faultproxy.Stats) bool { return s.Current == 0 }); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > r.tr.CloseBound() {
+		t.Errorf("the handshake outlived Close by %v, beyond the close bound %v", took, r.tr.CloseBound())
+	}
+	if err == nil {
+		t.Error("Open succeeded after Close")
+	}
+}
