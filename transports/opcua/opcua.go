@@ -163,6 +163,8 @@ type sub struct {
 	g         *group
 	s         *opcua.Subscription
 	keepalive time.Duration // the server answers a publish at least this often
+	ctx       context.Context    // ends the receiving goroutine
+	stop      context.CancelFunc // called when the subscription is replaced
 	// The fields below are guarded by Transport.mu.
 	lastData time.Time
 	lost     error // set when the server reported the subscription gone
@@ -904,6 +906,7 @@ func (t *Transport) subscribe(ctx context.Context, s *session, g *group) error {
 	}
 	period := osub.RevisedPublishingInterval * time.Duration(max(osub.RevisedMaxKeepAliveCount, 1))
 	sb := &sub{g: g, s: osub, keepalive: max(period, 2*osub.RevisedPublishingInterval, 10*time.Millisecond)}
+	sb.ctx, sb.stop = context.WithCancel(s.ctx)
 	now := time.Now()
 	t.mu.Lock()
 	sb.lastData = now
@@ -925,9 +928,10 @@ func (t *Transport) subscribe(ctx context.Context, s *session, g *group) error {
 // receive applies a subscription's notifications until its session ends.
 func (t *Transport) receive(s *session, sb *sub, ch <-chan *opcua.PublishNotificationData) {
 	defer s.wg.Done()
+	defer sb.stop()
 	for {
 		select {
-		case <-s.ctx.Done():
+		case <-sb.ctx.Done():
 			return
 		case n := <-ch:
 			if n == nil {
@@ -1062,6 +1066,7 @@ func (t *Transport) check(owner context.Context) {
 			continue
 		}
 		if sb != nil {
+			sb.stop()
 			dctx, dcancel := context.WithTimeout(ctx, t.requestTimeout)
 			_ = sb.s.Cancel(dctx) // best effort: the server may have lost it already
 			dcancel()
