@@ -162,7 +162,7 @@ type session struct {
 type sub struct {
 	g         *group
 	s         *opcua.Subscription
-	keepalive time.Duration // the server answers a publish at least this often
+	keepalive time.Duration      // the server answers a publish at least this often
 	ctx       context.Context    // ends the receiving goroutine
 	stop      context.CancelFunc // called when the subscription is replaced
 	// The fields below are guarded by Transport.mu.
