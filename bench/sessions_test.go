@@ -235,10 +235,13 @@ func BenchmarkThousandSessions(b *testing.B) {
 	}
 	el := time.Since(t0)
 	txn1, range1 := kv("Txn"), kv("Range")
-	goroutines, err := metricSum("http://"+httpAddr+"/metrics", "go_goroutines")
+	lbMetrics := "http://" + httpAddr + "/metrics"
+	goroutines, err := metricSum(lbMetrics, "go_goroutines")
 	if err != nil {
 		b.Fatal(err)
 	}
+	stack, _ := metricSum(lbMetrics, "go_memstats_stack_inuse_bytes")
+	heap, _ := metricSum(lbMetrics, "go_memstats_heap_inuse_bytes")
 	if err := cmd.Process.Signal(syscall.Signal(0)); err != nil {
 		b.Fatal(errors.New("leasebridge run ended during the measurement"))
 	}
@@ -254,6 +257,8 @@ func BenchmarkThousandSessions(b *testing.B) {
 		"renew_interval_s":     renew.Seconds(),
 		"window_s":             el.Seconds(),
 		"goroutines":           goroutines,
+		"stack_inuse_MB":       stack / (1 << 20),
+		"heap_inuse_MB":        heap / (1 << 20),
 		"etcd_reqs_per_second": (txn1 - txn0 + range1 - range0) / el.Seconds(),
 	}
 	for _, k := range []string{"rss_MB", "peak_rss_MB", "cpu_idle_pct", "txn_per_round", "range_per_round"} {
