@@ -153,6 +153,7 @@ type Core struct {
 	ambigSince time.Duration // send instant of the first such renew
 	nextRenew  time.Duration
 
+	holdUntil      time.Duration // no new term, no release before this
 	releaseWanted  bool
 	releaseRetried bool
 }
@@ -246,13 +247,15 @@ func (c *Core) Done(now time.Duration, r Result) Step {
 		}
 		c.stop(now, r.Err, &s)
 	case pReleaseRead:
-		if r.Err == nil && r.Row.Owner == c.id.Owner && r.Row.Epoch == c.epoch {
-			c.rev = r.Version
+		if r.Err == nil && r.Row.Owner == c.id.Owner {
+			// Ours: a term we fenced, a takeover whose response was lost,
+			// or a renew that moved the row.
+			c.state, c.rev, c.epoch = StateReleasing, r.Version, r.Row.Epoch
 			c.issue(now, pRelease, Op{Kind: OpRelease, Expect: c.rev, Row: Row{Epoch: c.epoch}, Deadline: now + c.cfg.RenewCallTimeout}, &s)
 			break
 		}
 		err := r.Err
-		if err == nil {
+		if err == nil && c.state == StateReleasing {
 			err = fmt.Errorf("%w: release of key %q: the row is no longer ours (owner %q, epoch %d)", ErrConflict, c.key, r.Row.Owner, r.Row.Epoch)
 		}
 		c.stop(now, err, &s)
@@ -284,10 +287,11 @@ func (c *Core) toStandby(now time.Duration) {
 	c.haveBase = false
 	c.ambig = false
 	c.streak = 0
-	c.nextAcquire = max(now, ended+c.cfg.LeaseTTL-c.cfg.FenceAfter)
+	c.holdUntil = ended + c.cfg.LeaseTTL - c.cfg.FenceAfter
 	if c.fenceMode == hook.FenceNoHold {
-		c.nextAcquire = now
+		c.holdUntil = now
 	}
+	c.nextAcquire = max(now, c.holdUntil)
 }
 
 // next issues the due call or computes the wake-up instant.
@@ -305,8 +309,15 @@ func (c *Core) next(now time.Duration, s *Step) {
 	switch c.state {
 	case StateStandby:
 		if c.releaseWanted {
-			c.state = StateStopped
-			s.Events = append(s.Events, Event{Kind: EventReleased, At: now})
+			// The row may still be ours (a fenced term, a takeover whose
+			// response was lost): look, and release it if so. A fenced
+			// term's transports may still be closing; wait that out.
+			if now < c.holdUntil {
+				s.WakeAt = c.holdUntil
+				return
+			}
+			c.releaseRetried = true
+			c.issue(now, pReleaseRead, Op{Kind: OpAuthRead, Deadline: now + c.cfg.RenewCallTimeout}, s)
 			return
 		}
 		if now < c.nextAcquire {

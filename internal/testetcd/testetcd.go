@@ -108,7 +108,14 @@ func newCluster(t testing.TB, n int, bin string) *Cluster {
 	}
 	t.Cleanup(func() {
 		for _, m := range c.members {
-			m.kill()
+			// Never let a stuck stop hang the whole test binary.
+			done := make(chan struct{})
+			go func() { defer close(done); m.kill() }()
+			select {
+			case <-done:
+			case <-time.After(15 * time.Second):
+				t.Logf("testetcd: %s did not stop within 15s; abandoned", m.name)
+			}
 		}
 	})
 	return c
@@ -134,8 +141,42 @@ func (c *Cluster) startAll() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
+	for _, m := range c.members {
+		if err := m.ready(ctx); err != nil {
+			c.t.Fatalf("testetcd: %s: %v%s", m.name, err, c.logs())
+		}
+	}
 	if _, err := c.WaitLeader(ctx); err != nil {
 		c.t.Fatalf("testetcd: %v%s", err, c.logs())
+	}
+}
+
+// ready waits until the member serves clients with a leader known. An
+// embedded member must be ready before it is closed: embed's Close blocks
+// forever on a member that never became ready.
+func (m *member) ready(ctx context.Context) error {
+	m.mu.Lock()
+	e := m.emb
+	m.mu.Unlock()
+	if e != nil {
+		select {
+		case <-e.Server.ReadyNotify():
+			return nil
+		case err := <-e.Err():
+			return err
+		case <-ctx.Done():
+			return fmt.Errorf("not ready: %w", ctx.Err())
+		}
+	}
+	for {
+		if _, err := m.statusLeader(ctx); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("not ready: %w", ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 }
 
@@ -156,11 +197,18 @@ func (c *Cluster) Size() int { return len(c.members) }
 // itself).
 func (c *Cluster) Kill(i int) { c.members[i].kill() }
 
-// Restart starts member i again on its data and ports.
+// Restart starts member i again on its data and ports and waits until it
+// is ready, which needs a quorum of running members.
 func (c *Cluster) Restart(i int) {
 	c.t.Helper()
-	if err := c.start(c.members[i]); err != nil {
-		c.t.Fatalf("testetcd: restart %s: %v", c.members[i].name, err)
+	m := c.members[i]
+	if err := c.start(m); err != nil {
+		c.t.Fatalf("testetcd: restart %s: %v", m.name, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	if err := m.ready(ctx); err != nil {
+		c.t.Fatalf("testetcd: restart %s: %v%s", m.name, err, c.logs())
 	}
 }
 

@@ -198,17 +198,22 @@ func suite(t *testing.T, start func(testing.TB, int) *testetcd.Cluster) {
 func takeoverAfterKill(t *testing.T, c *testetcd.Cluster, b budgets) {
 	a := startNode(t, c, b, t.Name(), "a", nil)
 	a.wait(lease.EventBecameOwner, startWait)
+	o := a.m.Owner()
 	s := startNode(t, c, b, t.Name(), "b", nil)
 	time.Sleep(2 * timing.RenewInterval) // b is polling
 	killedAt := a.kill()
+	// The last renew a knew had landed was sent at deadline - fence_after.
+	lastRenewSent := o.Deadline() - b.cfg.FenceAfter
 	ev := s.wait(lease.EventBecameOwner, 2*b.ownerDeath)
 	took := ev.At - killedAt
 	t.Logf("owner killed; standby owner after %v (owner-death budget %v); from first observation of the stale row %v", took, b.ownerDeath, ev.At-ev.Observed)
 	if took > b.ownerDeath {
 		t.Fatalf("takeover took %v, over the owner-death budget %v", took, b.ownerDeath)
 	}
-	if took < timing.LeaseTTL-admission.ClockRateMargin(timing.LeaseTTL) {
-		t.Fatalf("takeover after %v, before lease_ttl %v: the dead owner could still have been serving", took, timing.LeaseTTL)
+	// One clock here, so no margin: a takeover earlier than lease_ttl
+	// after the owner's last renew was sent would break the fence proof.
+	if early := lastRenewSent + timing.LeaseTTL - ev.At; early > 0 {
+		t.Fatalf("takeover %v before lease_ttl had passed since the owner's last renew was sent", early)
 	}
 	if ev.Epoch != 2 {
 		t.Fatalf("takeover epoch %d, want 2", ev.Epoch)

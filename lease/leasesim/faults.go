@@ -66,8 +66,14 @@ func (s *sim) chaosFault(t, end int64) {
 		})
 		s.at(undo, nil, func() { s.drop, s.lose, s.latMax = 0, 0, c/5 })
 	case 4:
+		m := n.mgrs[s.rnd.IntN(len(n.mgrs))]
+		owner := s.rnd.IntN(2) == 0
 		s.at(t, nil, func() {
-			if m := s.pickOwner(); m != nil {
+			if owner {
+				m = s.pickOwner()
+			}
+			// A standby's release must wait out a fenced term's close.
+			if m != nil && m.n.alive && !m.stopped {
 				s.release(m)
 			}
 		})
