@@ -120,7 +120,9 @@ func (l *lab) markdown() string {
 	w("  reported beside it.\n")
 	w("- **Metric**: the successor's `failure_to_full_ns` on `/readyz`, i.e.\n")
 	w("  `leasebridge_failure_to_full_seconds`: from its first observation of the stale or\n")
-	w("  released row to ServiceLevelFull.\n")
+	w("  released row to ServiceLevelFull. After a quorum loss this can be longer than the outside\n")
+	w("  figure: a standby that first saw the owner's last revision before the outage counts from\n")
+	w("  then, so its metric includes the outage.\n")
 	w("- **Activation**: the successor's log, `became owner` to `ServiceLevelFull`.\n")
 	w("- **Device connections**: the PLC's proxy reports every connection's open, close and\n")
 	w("  upstream bytes and requests; the lab records each change as it happens. *Open* is the\n")
@@ -203,8 +205,8 @@ func (l *lab) markdown() string {
 	}
 	w("\nThe admitted budget is much larger than the goal because it charges every transport's full\n")
 	w("activation bound (the MQTT transport's alone is 3 x connect + 3 x reconcile + 2 x\n")
-	w("unmatched_grace) and a full renew_call_timeout for every observation poll; a real takeover\n")
-	w("activates in tens of milliseconds on loopback.\n\n")
+	w("unmatched_grace) and a full renew_call_timeout for every observation poll; the takeovers below\n")
+	w("activated in milliseconds here (the activation column).\n\n")
 
 	w("## Frozen owners and the watchdog\n\n")
 	w("While an owner is stopped (SIGSTOP here; a long GC pause, a frozen VM or a suspended\n")
