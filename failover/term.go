@@ -55,7 +55,8 @@ func (s *session) build(epoch uint64, owner string) (*term, error) {
 		if c, ok := t.brokers[name]; ok {
 			return c, nil
 		}
-		c, err := mqtt.New("mqtt:"+name, mqtt.Config{Broker: *cfg.Brokers[name], Session: s.name, Node: s.sup.o.Node})
+		c, err := mqtt.New("mqtt:"+name, mqtt.Config{Broker: *cfg.Brokers[name], Session: s.name, Node: s.sup.o.Node,
+			CleanSession: s.cleanSession(name)})
 		if err != nil {
 			return nil, err
 		}
@@ -119,6 +120,25 @@ func (s *session) build(epoch uint64, owner string) (*term, error) {
 		}
 	}
 	return t, nil
+}
+
+// cleanSession decides whether the session's MQTT session on a broker is
+// discarded at every connect. A broker that carries write requests and no
+// bridge traffic starts clean: a command queued while no owner was
+// connected is stale by the time the next owner arrives, and replaying
+// it could drive the device. Bridge traffic keeps the persistent session
+// so QoS 1 and 2 messages survive a failover.
+func (s *session) cleanSession(broker string) bool {
+	writes := false
+	for _, r := range s.routes {
+		switch {
+		case r.Kind == routes.RouteBridge && (r.Broker == broker || r.Remote == broker):
+			return false
+		case r.Kind == routes.RouteWrite && r.Broker == broker:
+			writes = true
+		}
+	}
+	return writes
 }
 
 func containsOpened(list []opened, t transports.Transport) bool {

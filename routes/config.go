@@ -180,12 +180,14 @@ type Device struct {
 
 	// SecurityPolicy of an OPC UA session: None or Basic256Sha256.
 	SecurityPolicy string `yaml:"security_policy"`
-	// SecurityMode of an OPC UA session: None, Sign or SignAndEncrypt.
+	// SecurityMode of an OPC UA session: None, Sign or SignAndEncrypt;
+	// defaults to None with policy None and to SignAndEncrypt otherwise.
 	SecurityMode string `yaml:"security_mode"`
-	// CertFile is the OPC UA client certificate; generated in data_dir and
-	// kept there when empty.
+	// CertFile is the OPC UA client certificate (PEM); created on first use
+	// and kept. Default: <data_dir>/opcua/<device>-cert.pem.
 	CertFile string `yaml:"cert_file"`
-	// KeyFile is the OPC UA client certificate's key.
+	// KeyFile is the OPC UA client certificate's key. Default:
+	// <data_dir>/opcua/<device>-key.pem.
 	KeyFile     string `yaml:"key_file"`
 	Credentials `yaml:",inline"`
 
@@ -232,8 +234,8 @@ type Tag struct {
 	Address string `yaml:"address"`
 	// Register is holding, input, coil or discrete (Modbus only).
 	Register string `yaml:"register"`
-	// Type is bool, int16, uint16, int32, uint32, int64, uint64, float32,
-	// float64 or string.
+	// Type is bool, int8, uint8, int16, uint16, int32, uint32, int64,
+	// uint64, float32, float64 or string.
 	Type string `yaml:"type"`
 	// ByteOrder overrides the device's byte_order for this tag.
 	ByteOrder string `yaml:"byte_order"`

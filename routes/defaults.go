@@ -2,6 +2,7 @@ package routes
 
 import (
 	"fmt"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"sort"
@@ -84,7 +85,7 @@ func (c *Config) applyDefaults() {
 		setDur(&b.UnmatchedGrace, DefaultMQTTUnmatchedGrace)
 		setDur(&b.CloseTimeout, DefaultMQTTCloseTimeout)
 	}
-	for _, d := range c.Devices {
+	for name, d := range c.Devices {
 		if d == nil {
 			continue
 		}
@@ -111,7 +112,12 @@ func (c *Config) applyDefaults() {
 		}
 		if d.Kind == KindOPCUA {
 			setStr(&d.SecurityPolicy, "None")
-			setStr(&d.SecurityMode, "None")
+			if d.SecurityPolicy == "None" {
+				setStr(&d.SecurityMode, "None")
+			}
+			setStr(&d.SecurityMode, "SignAndEncrypt")
+			setStr(&d.CertFile, filepath.Join(c.DataDir, "opcua", name+"-cert.pem"))
+			setStr(&d.KeyFile, filepath.Join(c.DataDir, "opcua", name+"-key.pem"))
 		}
 		for _, g := range d.Groups {
 			if g == nil {
@@ -195,8 +201,15 @@ func DefaultValues() map[string]string {
 		}
 		raw[path][value] = true
 	})
-	out := map[string]string{}
+	out := map[string]string{
+		// These follow each device's name and data_dir.
+		"devices.*.cert_file": "<data_dir>/opcua/<device>-cert.pem (opcua)",
+		"devices.*.key_file":  "<data_dir>/opcua/<device>-key.pem (opcua)",
+	}
 	for path, values := range raw {
+		if _, set := out[path]; set {
+			continue
+		}
 		vs := make([]string, 0, len(values))
 		for v := range values {
 			vs = append(vs, v)

@@ -270,3 +270,38 @@ func TestSessionInputsCarryTransportsAndPolicy(t *testing.T) {
 		t.Errorf("report %+v", r)
 	}
 }
+
+func TestS7AddressForms(t *testing.T) {
+	for addr, ok := range map[string]bool{
+		"DB1.DBX0.0": true, "DB1.DBB2": true, "DB1.DBW10": true, "DB1.DBD4": true, "DB1.DBS20": true,
+		"DB1.STRING10.20": true, "db3.dbstring0.8": true, "MX5.2": true, "M5.2": true, "MW10": true, "IB0": true, "QD4": true, "E0.1": true,
+		"DB1.DBX0": false, "DB1.DBS20.1": false, "DB1.DBW10.3": false, "MW10.1": false, "DB1.DBQ3": false, "X1": false, "M5.8": false,
+	} {
+		tag := fmt.Sprintf("{name: x, address: %q, type: %s, length: 8}", addr, map[bool]string{true: "string", false: "string"}[true])
+		y := base + `  s7plc:
+    kind: s7
+    address: 10.0.0.1:102
+    groups:
+      - name: g
+        tags:
+          - ` + tag + `
+routes:
+  - {name: r, session: s, kind: poll, device: plc, broker: local}
+`
+		_, errs := parse(t, y)
+		if got := errs == nil; got != ok {
+			t.Errorf("S7 address %q: accepted %v, want %v (%v)", addr, got, ok, errs)
+		}
+	}
+}
+
+func TestOneSessionCannotUseOneClientIDTwice(t *testing.T) {
+	y := strings.Replace(base, "local: {url: tcp://127.0.0.1:1883}", "local: {url: tcp://127.0.0.1:1883}\n  again: {url: tcp://127.0.0.1:1883}", 1) + `routes:
+  - {name: r, session: s, kind: bridge, remote: again, broker: local, topics: [{from: "a/#"}]}
+`
+	wantErrors(t, y, `routes[0]: session "s" uses brokers "local" and "again", both tcp://127.0.0.1:1883 with client id "leasebridge-s"`)
+	ok := strings.Replace(y, "again: {url: tcp://127.0.0.1:1883}", "again: {url: tcp://127.0.0.1:1883, client_id: \"up-{session}\"}", 1)
+	if _, errs := parse(t, ok); errs != nil {
+		t.Fatal(errs)
+	}
+}

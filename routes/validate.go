@@ -34,11 +34,12 @@ func (c *Config) errAt(path, format string, args ...any) *FieldError {
 var (
 	byteOrders = []string{"ABCD", "DCBA", "BADC", "CDAB"}
 	registers  = []string{"holding", "input", "coil", "discrete"}
-	tagTypes   = []string{"bool", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float32", "float64", "string"}
-	// s7Address accepts TIA-style absolute addresses: DB1.DBX0.0, DB1.DBB2,
-	// DB1.DBW10, DB1.DBD4, DB1.DBS20 (string), and M/I/Q/E/A areas such as
-	// MW10, I0.1, QB4.
-	s7Address = regexp.MustCompile(`^(?i)(DB[0-9]+\.DB[XBWDS][0-9]+(\.[0-7])?|[MIQEA][BWD]?[0-9]+(\.[0-7])?)$`)
+	tagTypes   = []string{"bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float32", "float64", "string"}
+	// s7Address accepts TIA-style absolute addresses: DB1.DBX0.0 (a bit),
+	// DB1.DBB2, DB1.DBW10, DB1.DBD4, DB1.DBS20 (a string, with length),
+	// DB1.STRING10.20, and the M/I/E/Q/A areas such as MX5.2, M5.2, MW10,
+	// IB0 or QD4. A bit index goes with bit addresses only.
+	s7Address = regexp.MustCompile(`^(?i)(DB[0-9]+\.DBX[0-9]+\.[0-7]|DB[0-9]+\.DB[BWDS][0-9]+|DB[0-9]+\.(DB)?STRING[0-9]+\.[0-9]+|[MIEQA]X?[0-9]+\.[0-7]|[MIEQA][BWD][0-9]+)$`)
 	// opcuaNodeID accepts the string forms of OPC UA node ids.
 	opcuaNodeID = regexp.MustCompile(`^(ns=[0-9]+;)?[isgb]=.+$`)
 )
@@ -100,6 +101,44 @@ func (c *Config) validate() Errors {
 			names[r.Name] = i
 		}
 		errs = append(errs, c.checkRoute(p, r)...)
+	}
+	return append(errs, c.checkClientIDs()...)
+}
+
+// checkClientIDs refuses two broker entries of one session that reach the
+// same URL with the same client id: the broker would let each connection
+// take the other's place, over and over.
+func (c *Config) checkClientIDs() Errors {
+	var errs Errors
+	type use struct {
+		name  string
+		route int
+	}
+	bySession := map[string][]use{}
+	for i, r := range c.Routes {
+		if r == nil {
+			continue
+		}
+		for _, b := range []string{r.Broker, r.Remote} {
+			if c.Brokers[b] != nil {
+				bySession[r.Session] = append(bySession[r.Session], use{b, i})
+			}
+		}
+	}
+	for _, session := range sortedKeys(bySession) {
+		seen := map[string]string{} // url + client id -> broker name
+		for _, u := range bySession[session] {
+			b := c.Brokers[u.name]
+			id := strings.NewReplacer("{session}", session, "{node}", c.Node).Replace(b.ClientID)
+			key := b.URL + " " + id
+			if other, ok := seen[key]; ok && other != u.name {
+				errs = append(errs, c.errAt(fmt.Sprintf("routes[%d]", u.route),
+					"session %q uses brokers %q and %q, both %s with client id %q: the broker would disconnect one for the other; give one a different client_id",
+					session, other, u.name, b.URL, id))
+				continue
+			}
+			seen[key] = u.name
+		}
 	}
 	return errs
 }
@@ -303,7 +342,7 @@ func (c *Config) checkTag(path string, d *Device, t *Tag) Errors {
 		}
 	case KindS7:
 		if t.Address != "" && !s7Address.MatchString(t.Address) {
-			add(path+".address", "address %q: want a TIA address such as DB1.DBX0.0, DB1.DBB2, DB1.DBW10, DB1.DBD4, MW10 or I0.1", t.Address)
+			add(path+".address", "address %q: want a TIA address such as DB1.DBX0.0, DB1.DBB2, DB1.DBW10, DB1.DBD4, DB1.DBS20, DB1.STRING10.20, MW10, MX5.2 or I0.1", t.Address)
 		}
 		if t.Register != "" {
 			add(path+".register", "register is a Modbus key; S7 addresses carry their area")

@@ -28,6 +28,8 @@ import (
 	// Every transport registers itself.
 	_ "github.com/leasebridge/leasebridge/transports/modbus"
 	_ "github.com/leasebridge/leasebridge/transports/mqtt"
+	_ "github.com/leasebridge/leasebridge/transports/opcua"
+	_ "github.com/leasebridge/leasebridge/transports/s7"
 )
 
 // runMain is `leasebridge run -c FILE`: admission first, and a refusal
