@@ -149,7 +149,10 @@ func (p *peers) bridge(t *testing.T, node string) *bridge {
 
 type testWriter struct{ t *testing.T }
 
-func (w testWriter) Write(p []byte) (int, error) { w.t.Log(strings.TrimSpace(string(p))); return len(p), nil }
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
 
 func (b *bridge) status() failover.SessionStatus { return b.sv.Status()[0] }
 
