@@ -9,8 +9,8 @@ import (
 	"bytes"
 	_ "embed"
 	"flag"
-	"log/slog"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -134,7 +134,7 @@ func render() (map[string][]byte, error) {
 	}
 	ops, err := execute(operationsTmpl, map[string]any{
 		"StartupLog": startup,
-		"ExitOK": report.ExitAdmitted, "ExitRefused": report.ExitRefused, "ExitInvalid": report.ExitInvalid,
+		"ExitOK":     report.ExitAdmitted, "ExitRefused": report.ExitRefused, "ExitInvalid": report.ExitInvalid,
 		"ExitStepDown": failover.ExitStepDown, "Metrics": metrics,
 	})
 	if err != nil {
