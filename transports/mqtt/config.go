@@ -158,21 +158,11 @@ func resolve(cfg Config) (*settings, error) {
 
 // password reads the password from its file or environment variable.
 func (s *settings) password() (string, error) {
-	switch {
-	case s.creds.PasswordFile != "":
-		b, err := os.ReadFile(s.creds.PasswordFile)
-		if err != nil {
-			return "", fmt.Errorf("%w: broker %s: password_file: %w", ErrConfig, s.url, err)
-		}
-		return strings.TrimRight(string(b), "\r\n"), nil
-	case s.creds.PasswordEnv != "":
-		v, ok := os.LookupEnv(s.creds.PasswordEnv)
-		if !ok {
-			return "", fmt.Errorf("%w: broker %s: password_env %s is not set", ErrConfig, s.url, s.creds.PasswordEnv)
-		}
-		return v, nil
+	p, err := s.creds.Password()
+	if err != nil {
+		return "", fmt.Errorf("%w: broker %s: %w", ErrConfig, s.url, err)
 	}
-	return "", nil
+	return p, nil
 }
 
 func tlsConfig(t *routes.TLS) (*tls.Config, error) {

@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"regexp"
 	"strings"
 	"sync"
@@ -571,16 +570,9 @@ func securityFailure(err error) bool {
 }
 
 func (t *Transport) password() (string, error) {
-	if t.creds.PasswordFile != "" {
-		b, err := os.ReadFile(t.creds.PasswordFile)
-		if err != nil {
-			return "", fmt.Errorf("%w: password_file: %w", ErrConfig, err)
-		}
-		return strings.TrimRight(string(b), "\r\n"), nil
-	}
-	p, ok := os.LookupEnv(t.creds.PasswordEnv)
-	if !ok {
-		return "", fmt.Errorf("%w: password_env %s is not set", ErrConfig, t.creds.PasswordEnv)
+	p, err := t.creds.Password()
+	if err != nil {
+		return "", fmt.Errorf("%w: device %q: %w", ErrConfig, t.name, err)
 	}
 	return p, nil
 }
