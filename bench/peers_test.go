@@ -5,7 +5,7 @@
 // holding 1,000 sessions. With LEASEBRIDGE_WRITE_DOCS=1 a benchmark run
 // rewrites docs/benchmarks.md from the measured results:
 //
-//	LEASEBRIDGE_WRITE_DOCS=1 go test -run '^$' -bench . -benchtime 3s ./bench/
+//	LEASEBRIDGE_WRITE_DOCS=1 go test -run '^$' -bench . -benchtime 2s -count 3 -timeout 30m ./bench/
 package bench
 
 import (
