@@ -482,7 +482,11 @@ func (s *sim) send(m *mgr, op lease.Op) {
 			return
 		}
 		r := s.apply(who, op)
-		s.tracef("store %s %s -> ver=%d row=%+v err=%v", op.Key, op.Kind, r.Version, r.Row, r.Err)
+		if op.Kind == lease.OpRead || op.Kind == lease.OpAuthRead {
+			s.tracef("store %s %s from %s -> ver=%d row=%+v err=%v", op.Key, op.Kind, who, r.Version, r.Row, r.Err)
+		} else {
+			s.tracef("store %s %s from %s expect=%d row=%+v -> ver=%d err=%v", op.Key, op.Kind, who, op.Expect, op.Row, r.Version, r.Err)
+		}
 		if s.lose > 0 && s.rnd.Float64() < s.lose {
 			return
 		}

@@ -15,6 +15,7 @@ import (
 var (
 	flagSeeds = flag.Int("seeds", 10000, "number of seeds TestSeeds runs (short mode: 500)")
 	flagSeed  = flag.Int64("seed", -1, "replay one seed with a full trace (TestReplay)")
+	flagMode  = flag.Int("fence-mode", FenceCorrect, "fence mode for TestReplay: 0 correct, 1 never, 2 response-anchored, 3 no hold")
 )
 
 // runSeeds runs seeds [0, n) on all CPUs and returns the first failure by
@@ -161,7 +162,7 @@ func TestReplay(t *testing.T) {
 		t.Skip("pass -seed=N to replay a seed")
 	}
 	var b bytes.Buffer
-	st, err := Run(Options{Seed: uint64(*flagSeed), Trace: &b})
+	st, err := Run(Options{Seed: uint64(*flagSeed), FenceMode: *flagMode, Trace: &b})
 	t.Log("\n" + b.String())
 	t.Logf("stats: %+v", st)
 	if err != nil {
