@@ -28,6 +28,7 @@ const (
 
 var opNames = [...]string{"none", "read", "cas", "authread", "release"}
 
+// String names the call in traces and errors.
 func (k OpKind) String() string { return opNames[k] }
 
 // Op is one store call. The caller must give up at Deadline (an instant on
@@ -65,6 +66,7 @@ const (
 
 var eventNames = [...]string{"", "became_owner", "lost", "fenced", "released"}
 
+// String names the event in logs.
 func (k EventKind) String() string { return eventNames[k] }
 
 // Event reports a change of ownership.

@@ -51,6 +51,7 @@ type Failure struct {
 	Msg  string
 }
 
+// Error names the seed, the violated property and the instant.
 func (f *Failure) Error() string {
 	return fmt.Sprintf("leasesim seed %d: %s violation at t=%v: %s", f.Seed, f.Kind, f.At, f.Msg)
 }
@@ -90,6 +91,8 @@ type event struct {
 	fn   func()
 }
 
+// queue orders events by time, then by scheduling order, so equal
+// instants replay identically.
 type queue []*event
 
 func (q queue) Len() int { return len(q) }
