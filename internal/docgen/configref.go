@@ -6,6 +6,7 @@ import (
 	"go/doc"
 	"go/parser"
 	"go/token"
+	"path/filepath"
 	"reflect"
 	"strings"
 
@@ -19,35 +20,44 @@ const routesSource = "../../routes"
 // fieldDocs maps "Type.Field" to the field's doc comment in routes.
 func fieldDocs() (map[string]string, map[string]string, error) {
 	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, routesSource, nil, parser.ParseComments)
+	paths, err := filepath.Glob(filepath.Join(routesSource, "*.go"))
 	if err != nil {
-		return nil, nil, fmt.Errorf("parse %s: %w", routesSource, err)
+		return nil, nil, err
 	}
-	fields, types := map[string]string{}, map[string]string{}
-	for name, p := range pkgs {
-		if strings.HasSuffix(name, "_test") {
+	var files []*ast.File
+	for _, p := range paths {
+		if strings.HasSuffix(p, "_test.go") {
 			continue
 		}
-		d := doc.New(p, "github.com/leasebridge/leasebridge/routes", doc.AllDecls)
-		for _, t := range d.Types {
-			types[t.Name] = oneLine(t.Doc)
-			for _, spec := range t.Decl.Specs {
-				st, ok := spec.(*ast.TypeSpec).Type.(*ast.StructType)
-				if !ok {
-					continue
+		f, err := parser.ParseFile(fset, p, nil, parser.ParseComments)
+		if err != nil {
+			return nil, nil, fmt.Errorf("parse %s: %w", p, err)
+		}
+		files = append(files, f)
+	}
+	d, err := doc.NewFromFiles(fset, files, "github.com/leasebridge/leasebridge/routes", doc.AllDecls)
+	if err != nil {
+		return nil, nil, err
+	}
+	fields, types := map[string]string{}, map[string]string{}
+	for _, t := range d.Types {
+		types[t.Name] = oneLine(t.Doc)
+		for _, spec := range t.Decl.Specs {
+			st, ok := spec.(*ast.TypeSpec).Type.(*ast.StructType)
+			if !ok {
+				continue
+			}
+			for _, f := range st.Fields.List {
+				text := f.Doc.Text()
+				if text == "" {
+					text = f.Comment.Text()
 				}
-				for _, f := range st.Fields.List {
-					text := f.Doc.Text()
-					if text == "" {
-						text = f.Comment.Text()
-					}
-					for _, n := range f.Names {
-						fields[t.Name+"."+n.Name] = oneLine(text)
-					}
-					if len(f.Names) == 0 { // embedded
-						if id, ok := f.Type.(*ast.Ident); ok {
-							fields[t.Name+"."+id.Name] = oneLine(text)
-						}
+				for _, n := range f.Names {
+					fields[t.Name+"."+n.Name] = oneLine(text)
+				}
+				if len(f.Names) == 0 { // embedded
+					if id, ok := f.Type.(*ast.Ident); ok {
+						fields[t.Name+"."+id.Name] = oneLine(text)
 					}
 				}
 			}
