@@ -81,6 +81,10 @@ func New(o Options) (*Supervisor, error) {
 			Identity: o.Identity,
 			Config:   lease.ConfigFromReport(rep),
 			OnEvent:  s.events.push,
+			OnRenewFailure: func(err error) {
+				o.Metrics.RenewFailures.WithLabelValues(rep.Session).Inc()
+				s.log.Warn("renew failed", "err", err)
+			},
 		})
 		if err != nil {
 			return nil, fmt.Errorf("session %s: %w", rep.Session, err)

@@ -30,6 +30,10 @@ type Options struct {
 	// OnEvent receives every event, in order, on the run loop's goroutine.
 	// It must not block: a slow handler delays renewals.
 	OnEvent func(Event)
+	// OnRenewFailure, when set, is told of every renew call that failed or
+	// timed out (the write may still have landed), on the run loop's
+	// goroutine; like OnEvent it must not block.
+	OnRenewFailure func(error)
 	// Rand draws the jitter; nil seeds one from crypto/rand.
 	Rand *rand.Rand
 	// Clock is the monotonic clock; nil means Now.
@@ -101,10 +105,15 @@ func (m *Manager) Run(ctx context.Context) error {
 			return nil
 		}
 		if step.Op.Kind != OpNone {
+			// An owner's compare-and-swap is its renew.
+			renew := step.Op.Kind == OpCAS && m.core.State() == StateOwner
 			r := m.call(ctx, step.Op)
 			if ctx.Err() != nil {
 				m.endOwner(ErrStopped)
 				return ctx.Err()
+			}
+			if renew && r.Err != nil && m.o.OnRenewFailure != nil {
+				m.o.OnRenewFailure(r.Err)
 			}
 			step = m.core.Done(m.clock(), r)
 			continue

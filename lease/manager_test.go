@@ -125,3 +125,37 @@ func TestManagerAdoptsLostResponses(t *testing.T) {
 		t.Fatalf("only %d writes landed", st.Writes("s"))
 	}
 }
+
+// Every failed renew reaches OnRenewFailure (the supervisor counts them in
+// leasebridge_renew_failures_total); a standby's failed polls do not.
+func TestManagerReportsRenewFailures(t *testing.T) {
+	cfg := testConfig(t, fastTiming, 20*time.Millisecond)
+	st := NewMemStore()
+	st.SetFaults(Faults{Partitioned: true})
+	fails := make(chan error, 100)
+	ev := make(chan Event, 100)
+	m, err := NewManager(Options{Store: st, Key: "s", Identity: Identity{Node: "a", Owner: "a#t"}, Config: cfg,
+		OnEvent: func(e Event) { ev <- e }, OnRenewFailure: func(err error) { fails <- err }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = m.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	time.Sleep(3 * cfg.AcquirePollInterval)
+	if len(fails) != 0 {
+		t.Fatalf("a standby reported %d renew failures", len(fails))
+	}
+	st.SetFaults(Faults{})
+	next(t, ev, EventBecameOwner)
+	st.SetFaults(Faults{Partitioned: true})
+	select {
+	case err := <-fails:
+		if err == nil {
+			t.Fatal("nil renew error")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no renew failure reported while partitioned")
+	}
+}
