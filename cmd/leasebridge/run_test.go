@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -254,4 +255,50 @@ func TestRunBrokerPathStepDownExitStatus(t *testing.T) {
 	}
 	t.Logf("broker path cut: owner exited %d, standby serving %s after the cut (FailureToFull %s; budget %s + detection %s)",
 		failover.ExitStepDown, took, time.Duration(st.FailureToFullNS), a.report.BrokerPath.Total, mqtt.DetectionBound(time.Second))
+}
+
+// Under systemd (Type=notify, WatchdogSec) the bridge sends READY=1 once it
+// runs, then WATCHDOG=1 at half the watchdog interval, and STOPPING=1 on
+// SIGTERM. The test plays systemd's notify socket.
+func TestRunNotifiesSystemd(t *testing.T) {
+	p := startRunPeers(t)
+	sock := filepath.Join(t.TempDir(), "notify.sock")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	t.Setenv("NOTIFY_SOCKET", sock)
+	t.Setenv("WATCHDOG_USEC", "200000")
+	a := p.start(t, "node-a")
+	got := map[string]int{}
+	buf := make([]byte, 256)
+	deadline := time.Now().Add(a.report.OwnerDeath.Total)
+	for got["WATCHDOG=1"] < 2 && time.Now().Before(deadline) {
+		_ = conn.SetReadDeadline(deadline)
+		n, _, err := conn.ReadFromUnix(buf)
+		if err != nil {
+			break
+		}
+		got[string(buf[:n])]++
+	}
+	if got["READY=1"] != 1 || got["WATCHDOG=1"] < 2 {
+		t.Fatalf("notifications %v, want READY=1 once and WATCHDOG=1 repeatedly", got)
+	}
+	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for time.Now().Before(deadline) {
+		_ = conn.SetReadDeadline(deadline)
+		n, _, err := conn.ReadFromUnix(buf)
+		if err != nil {
+			t.Fatalf("no STOPPING=1 after SIGTERM: %v (got %v)", err, got)
+		}
+		if string(buf[:n]) == "STOPPING=1" {
+			break
+		}
+	}
+	if code := a.waitExit(t, 5*time.Second); code != exitOK {
+		t.Fatalf("exit %d", code)
+	}
 }
