@@ -12,6 +12,7 @@ import (
 	"github.com/leasebridge/leasebridge/routes"
 	"github.com/leasebridge/leasebridge/transports"
 	"github.com/leasebridge/leasebridge/transports/mqtt"
+	"github.com/leasebridge/leasebridge/transports/tagvalue"
 )
 
 // topicFor fills a poll route's topic template.
@@ -115,40 +116,12 @@ func (p *poller) changed(v transports.Value) bool {
 	if !seen || p.route.Publish == "every_poll" || prev.Quality != v.Quality {
 		return true
 	}
-	a, aok := number(prev.Value)
-	b, bok := number(v.Value)
+	a, aok := tagvalue.ToFloat(prev.Value)
+	b, bok := tagvalue.ToFloat(v.Value)
 	if aok && bok {
 		return math.Abs(a-b) > p.band[v.Tag] || (p.band[v.Tag] == 0 && a != b)
 	}
 	return fmt.Sprint(prev.Value) != fmt.Sprint(v.Value)
-}
-
-func number(v any) (float64, bool) {
-	switch x := v.(type) {
-	case float64:
-		return x, true
-	case float32:
-		return float64(x), true
-	case int:
-		return float64(x), true
-	case int8:
-		return float64(x), true
-	case int16:
-		return float64(x), true
-	case int32:
-		return float64(x), true
-	case int64:
-		return float64(x), true
-	case uint8:
-		return float64(x), true
-	case uint16:
-		return float64(x), true
-	case uint32:
-		return float64(x), true
-	case uint64:
-		return float64(x), true
-	}
-	return 0, false
 }
 
 // Write reply codes, documented in docs/routes.md.

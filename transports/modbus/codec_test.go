@@ -17,35 +17,36 @@ func TestByteOrderInvolution(t *testing.T) {
 	}
 }
 
-func TestIntegerRanges(t *testing.T) {
+// The value conversion itself is tested in package tagvalue; here, that
+// encodeRegisters scales, range-checks and orders the bytes, and that its
+// refusals wrap ErrValue with the value and the limit in the text.
+func TestEncodeRegisters(t *testing.T) {
+	tenth := 0.1
 	for _, tc := range []struct {
-		v      any
-		signed bool
-		bits   uint
-		want   uint64
-		err    bool
+		tag  tag
+		v    any
+		want []byte
+		err  string
 	}{
-		{int64(-32768), true, 16, 0x8000, false},
-		{int64(-32769), true, 16, 0, true},
-		{int64(32767), true, 16, 0x7FFF, false},
-		{32768.0, true, 16, 0, true},
-		{65535.4, false, 16, 65535, false},
-		{-0.4, false, 16, 0, false},
-		{"-1", false, 32, 0, true},
-		{"18446744073709551615", false, 64, 1<<64 - 1, false},
-		{"-9223372036854775808", true, 64, 1 << 63, false},
-		{1e300, true, 64, 0, true},
+		{tag{typ: typeInt16, order: ABCD}, int64(-32768), []byte{0x80, 0x00}, ""},
+		{tag{typ: typeInt16, order: DCBA}, "-2", []byte{0xFE, 0xFF}, ""},
+		{tag{typ: typeInt16, order: ABCD, scale: &tenth}, -25.0, []byte{0xFF, 0x06}, ""},
+		{tag{typ: typeUint32, order: CDAB}, uint32(0x01020304), []byte{3, 4, 1, 2}, ""},
+		{tag{typ: typeInt16, order: ABCD}, 40000, nil, "modbus: invalid value: 40000 above the int16 maximum"},
+		{tag{typ: typeUint16, order: ABCD}, -1, nil, "modbus: invalid value: -1 below the uint16 minimum 0"},
+		{tag{typ: typeInt32, order: ABCD}, 1.5e10, nil, "modbus: invalid value: 15000000000 above the int32 maximum"},
+		{tag{typ: typeUint64, order: ABCD}, "x", nil, `modbus: invalid value: "x" is not a number`},
+		{tag{typ: typeInt64, order: ABCD}, 1e300, nil, "modbus: invalid value: 1e+300 out of range"},
 	} {
-		n, err := toNumber(tc.v)
-		if err != nil {
-			t.Fatal(err)
+		got, err := encodeRegisters(&tc.tag, tc.v)
+		if tc.err != "" {
+			if err == nil || err.Error() != tc.err || !errors.Is(err, ErrValue) {
+				t.Errorf("%s %#v: error %v, want %q wrapping ErrValue", tc.tag.typ, tc.v, err, tc.err)
+			}
+			continue
 		}
-		got, err := integer(n, tc.signed, tc.bits)
-		if (err != nil) != tc.err || (err == nil && got != tc.want) {
-			t.Errorf("%v as %v/%d: %#x %v", tc.v, tc.signed, tc.bits, got, err)
-		}
-		if err != nil && !errors.Is(err, ErrValue) {
-			t.Errorf("%v: error %v is not ErrValue", tc.v, err)
+		if err != nil || string(got) != string(tc.want) {
+			t.Errorf("%s/%s %#v: % x, %v; want % x", tc.tag.typ, tc.tag.order, tc.v, got, err, tc.want)
 		}
 	}
 }

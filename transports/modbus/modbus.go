@@ -26,6 +26,7 @@ import (
 
 	"github.com/leasebridge/leasebridge/routes"
 	"github.com/leasebridge/leasebridge/transports"
+	"github.com/leasebridge/leasebridge/transports/tagvalue"
 )
 
 // Sentinel errors; every error the package returns wraps one of them (or a
@@ -630,7 +631,7 @@ func decodeValue(tg *tag, raw []byte, start uint16, now time.Time) transports.Va
 	if err != nil {
 		return badValue(tg, err, now)
 	}
-	return transports.Value{Tag: tg.name, Value: applyScale(tg, v), Quality: transports.Good, Timestamp: now}
+	return transports.Value{Tag: tg.name, Value: tagvalue.Scale(v, tg.scale, tg.offset), Quality: transports.Good, Timestamp: now}
 }
 
 // Write writes one writable tag: a coil, a bit of a holding register (read,
@@ -653,9 +654,9 @@ func (t *Transport) Write(ctx context.Context, name string, value any) error {
 	}
 	switch {
 	case tg.table == coil:
-		b, err := boolOf(value)
+		b, err := tagvalue.Bool(value)
 		if err != nil {
-			return wrap(err)
+			return wrap(fmt.Errorf("%w: %w", ErrValue, err))
 		}
 		var v uint16
 		if b {
@@ -669,9 +670,9 @@ func (t *Transport) Write(ctx context.Context, name string, value any) error {
 		}
 		return nil
 	case tg.typ == typeBool:
-		b, err := boolOf(value)
+		b, err := tagvalue.Bool(value)
 		if err != nil {
-			return wrap(err)
+			return wrap(fmt.Errorf("%w: %w", ErrValue, err))
 		}
 		raw, err := t.read(ctx, holding, tg.start, 1)
 		if err != nil {

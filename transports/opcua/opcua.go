@@ -32,6 +32,7 @@ import (
 
 	"github.com/leasebridge/leasebridge/routes"
 	"github.com/leasebridge/leasebridge/transports"
+	"github.com/leasebridge/leasebridge/transports/tagvalue"
 )
 
 // Sentinel errors; every error the package returns wraps one of them (or a
@@ -723,7 +724,7 @@ func (t *Transport) value(tg *tag, dv *ua.DataValue, now time.Time) transports.V
 	t.mu.Lock()
 	t.kinds[tg.name] = dv.Value.Type()
 	t.mu.Unlock()
-	return transports.Value{Tag: tg.name, Value: applyScale(tg, dv.Value.Value()), Quality: transports.Good, Timestamp: ts}
+	return transports.Value{Tag: tg.name, Value: tagvalue.Scale(dv.Value.Value(), tg.scale, tg.offset), Quality: transports.Good, Timestamp: ts}
 }
 
 // Poll reads a poll group, or returns the latest values a subscribe
@@ -976,8 +977,8 @@ func withinDeadband(tg *tag, old, v transports.Value) bool {
 	if tg.deadband <= 0 || old.Quality != transports.Good || v.Quality != transports.Good {
 		return false
 	}
-	a, ok1 := toFloat(old.Value)
-	b, ok2 := toFloat(v.Value)
+	a, ok1 := tagvalue.ToFloat(old.Value)
+	b, ok2 := tagvalue.ToFloat(v.Value)
 	return ok1 && ok2 && math.Abs(a-b) < tg.deadband
 }
 
@@ -990,8 +991,8 @@ func differs(tg *tag, cached, read transports.Value) bool {
 	if read.Quality != transports.Good {
 		return false
 	}
-	if a, ok := toFloat(cached.Value); ok {
-		if b, ok := toFloat(read.Value); ok {
+	if a, ok := tagvalue.ToFloat(cached.Value); ok {
+		if b, ok := tagvalue.ToFloat(read.Value); ok {
 			return math.Abs(a-b) >= math.Max(tg.deadband, 0) && a != b
 		}
 	}

@@ -32,6 +32,7 @@ import (
 
 	"github.com/leasebridge/leasebridge/routes"
 	"github.com/leasebridge/leasebridge/transports"
+	"github.com/leasebridge/leasebridge/transports/tagvalue"
 )
 
 // Sentinel errors; every error the package returns wraps one of them (or a
@@ -602,7 +603,7 @@ func (t *Transport) Poll(ctx context.Context, name string) ([]transports.Value, 
 }
 
 func value(tg *tag, b []byte, now time.Time) transports.Value {
-	return transports.Value{Tag: tg.name, Value: applyScale(tg, decode(tg, b[:tg.size])), Quality: transports.Good, Timestamp: now}
+	return transports.Value{Tag: tg.name, Value: tagvalue.Scale(decode(tg, b[:tg.size]), tg.scale, tg.offset), Quality: transports.Good, Timestamp: now}
 }
 
 func bad(tg *tag, err error, now time.Time) transports.Value {
@@ -627,9 +628,9 @@ func (t *Transport) Write(ctx context.Context, name string, value any) error {
 	}
 	var data []byte
 	if tg.typ == typeBool {
-		b, err := boolOf(value)
+		b, err := tagvalue.Bool(value)
 		if err != nil {
-			return wrap(err)
+			return wrap(fmt.Errorf("%w: %w", ErrValue, err))
 		}
 		if b {
 			data = []byte{1}
