@@ -153,3 +153,18 @@ func Guard(ctx context.Context) error {
 	}
 	return nil
 }
+
+// GuardRequest is the check a device transport runs right before each
+// request goes on the wire: the guard of the request's context, then that
+// of owner, the owner context the transport was opened with (nil before
+// Open), so a process frozen past its fence deadline sends nothing when it
+// resumes, whichever of the two carries the guard.
+func GuardRequest(ctx, owner context.Context) error {
+	if err := Guard(ctx); err != nil {
+		return err
+	}
+	if owner != nil {
+		return Guard(owner)
+	}
+	return nil
+}

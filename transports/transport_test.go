@@ -60,3 +60,30 @@ func TestGuardSurvivesDerivedContexts(t *testing.T) {
 		t.Fatalf("fenced owner: %v", err)
 	}
 }
+
+func TestGuardRequestChecksBothContexts(t *testing.T) {
+	refuse := func(why string) context.Context {
+		return transports.WithGuard(context.Background(), func() error { return errors.New(why) })
+	}
+	ok := transports.WithGuard(context.Background(), func() error { return nil })
+	for _, tc := range []struct {
+		name       string
+		req, owner context.Context
+		want       string // "" for no error
+	}{
+		{"no guards", context.Background(), nil, ""},
+		{"both pass", ok, ok, ""},
+		{"request refuses", refuse("request fenced"), ok, "request fenced"},
+		{"owner refuses", ok, refuse("owner fenced"), "owner fenced"},
+		{"request first", refuse("request fenced"), refuse("owner fenced"), "request fenced"},
+		{"no owner yet", refuse("request fenced"), nil, "request fenced"},
+	} {
+		err := transports.GuardRequest(tc.req, tc.owner)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.want != "" && (!errors.Is(err, transports.ErrGuard) || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: %v, want ErrGuard with %q", tc.name, err, tc.want)
+		}
+	}
+}

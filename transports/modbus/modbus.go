@@ -355,7 +355,7 @@ func (t *Transport) connected(ctx context.Context) (link, modbus.Client, error) 
 	case l != nil:
 		return l, c, nil
 	}
-	if err := guard(ctx, owner); err != nil {
+	if err := transports.GuardRequest(ctx, owner); err != nil {
 		return nil, nil, fmt.Errorf("device %q: connect: %w", t.name, err)
 	}
 	dctx, cancel := context.WithTimeout(ctx, t.connectTimeout)
@@ -447,7 +447,7 @@ func (t *Transport) exchange(ctx context.Context, what string, fn func(modbus.Cl
 	t.mu.Lock()
 	owner := t.owner
 	t.mu.Unlock()
-	if err := guard(ctx, owner); err != nil {
+	if err := transports.GuardRequest(ctx, owner); err != nil {
 		// Nothing went on the wire; the connection is as good as before.
 		return nil, fmt.Errorf("device %q: %s: %w", t.name, what, err)
 	}
@@ -486,19 +486,6 @@ func (t *Transport) exchange(ctx context.Context, what string, fn func(modbus.Cl
 	}
 	t.setState(false, err)
 	return nil, err
-}
-
-// guard runs the owner guard (transports.WithGuard) of the request's
-// context and of the owner context right before a request is sent, so a
-// process frozen past its fence deadline sends nothing when it resumes.
-func guard(ctx, owner context.Context) error {
-	if err := transports.Guard(ctx); err != nil {
-		return err
-	}
-	if owner != nil {
-		return transports.Guard(owner)
-	}
-	return nil
 }
 
 // drop closes l if it is still the current connection.

@@ -442,7 +442,7 @@ func (t *Transport) session(ctx context.Context) (*session, error) {
 	case cur != nil:
 		t.drop(cur)
 	}
-	if err := guard(ctx, owner); err != nil {
+	if err := transports.GuardRequest(ctx, owner); err != nil {
 		return nil, fmt.Errorf("device %q: connect: %w", t.name, err)
 	}
 	s, err := t.connect(ctx, owner)
@@ -609,26 +609,14 @@ func (t *Transport) fail(s *session, err error) {
 	t.setState(false, err)
 }
 
-// guard runs the owner guard (transports.WithGuard) of the request's
-// context and of the owner context right before a request is sent, so a
-// process frozen past its fence deadline sends nothing when it resumes.
-// The library's own publish loop cannot be guarded; the owner context's
-// end closes it.
-func guard(ctx, owner context.Context) error {
-	if err := transports.Guard(ctx); err != nil {
-		return err
-	}
-	if owner != nil {
-		return transports.Guard(owner)
-	}
-	return nil
-}
-
+// guard runs transports.GuardRequest with the owner context right before a
+// request is sent. The library's own publish loop cannot be guarded; the
+// owner context's end closes it.
 func (t *Transport) guard(ctx context.Context) error {
 	t.mu.Lock()
 	owner := t.owner
 	t.mu.Unlock()
-	return guard(ctx, owner)
+	return transports.GuardRequest(ctx, owner)
 }
 
 func (t *Transport) drop(s *session) {

@@ -348,7 +348,7 @@ func (t *Transport) connected(ctx context.Context) (*conn, error) {
 	case cur != nil:
 		return cur, nil
 	}
-	if err := guard(ctx, owner); err != nil {
+	if err := transports.GuardRequest(ctx, owner); err != nil {
 		return nil, fmt.Errorf("device %q: connect: %w", t.name, err)
 	}
 	c, err := t.dial(ctx, owner)
@@ -437,7 +437,7 @@ func (t *Transport) run(ctx context.Context, c *conn, what string, fn func() err
 	t.mu.Lock()
 	owner := t.owner
 	t.mu.Unlock()
-	if err := guard(ctx, owner); err != nil {
+	if err := transports.GuardRequest(ctx, owner); err != nil {
 		// Nothing went on the wire; the connection is as good as before.
 		return fmt.Errorf("device %q: %s: %w", t.name, what, err)
 	}
@@ -475,19 +475,6 @@ func (t *Transport) run(ctx context.Context, c *conn, what string, fn func() err
 	}
 	t.setState(false, err)
 	return err
-}
-
-// guard runs the owner guard (transports.WithGuard) of the request's
-// context and of the owner context right before a request is sent, so a
-// process frozen past its fence deadline sends nothing when it resumes.
-func guard(ctx, owner context.Context) error {
-	if err := transports.Guard(ctx); err != nil {
-		return err
-	}
-	if owner != nil {
-		return transports.Guard(owner)
-	}
-	return nil
 }
 
 func (t *Transport) drop(c *conn) {
