@@ -10,6 +10,19 @@ import (
 
 func ptr(f float64) *float64 { return &f }
 
+// refused checks a call's error against want, the exact text of a refusal
+// matching ErrValue ("" for none), and reports whether it was refused.
+func refused(t *testing.T, call string, err error, want string) bool {
+	t.Helper()
+	switch {
+	case want == "" && err != nil:
+		t.Errorf("%s: unexpected error %v", call, err)
+	case want != "" && (err == nil || err.Error() != want || !errors.Is(err, ErrValue)):
+		t.Errorf("%s: error %v, want %q matching ErrValue", call, err, want)
+	}
+	return err != nil || want != ""
+}
+
 func TestScale(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -81,13 +94,10 @@ func TestToNumber(t *testing.T) {
 		{nil, Number{}, "<nil> is not a number"},
 	} {
 		got, err := ToNumber(tc.v)
-		if tc.err != "" {
-			if err == nil || err.Error() != tc.err || !errors.Is(err, ErrValue) {
-				t.Errorf("ToNumber(%#v): error %v, want %q matching ErrValue", tc.v, err, tc.err)
-			}
+		if refused(t, fmt.Sprintf("ToNumber(%#v)", tc.v), err, tc.err) {
 			continue
 		}
-		if err != nil || got != tc.want {
+		if got != tc.want {
 			t.Errorf("ToNumber(%#v) = %+v, %v; want %+v", tc.v, got, err, tc.want)
 		}
 	}
@@ -167,13 +177,10 @@ func TestIntegerRanges(t *testing.T) {
 			t.Fatal(err)
 		}
 		got, err := Integer(n, tc.signed, tc.bits)
-		if tc.err != "" {
-			if err == nil || err.Error() != tc.err || !errors.Is(err, ErrValue) {
-				t.Errorf("%#v as signed=%v/%d: %#x, error %v; want %q matching ErrValue", tc.v, tc.signed, tc.bits, got, err, tc.err)
-			}
+		if refused(t, fmt.Sprintf("%#v as signed=%v/%d", tc.v, tc.signed, tc.bits), err, tc.err) {
 			continue
 		}
-		if err != nil || got != tc.want {
+		if got != tc.want {
 			t.Errorf("%#v as signed=%v/%d: %#x, %v; want %#x", tc.v, tc.signed, tc.bits, got, err, tc.want)
 		}
 	}
@@ -194,13 +201,10 @@ func TestBool(t *testing.T) {
 		{"yes", false, `"yes" is not a number`},
 	} {
 		got, err := Bool(tc.v)
-		if tc.err != "" {
-			if err == nil || err.Error() != tc.err || !errors.Is(err, ErrValue) {
-				t.Errorf("Bool(%#v): error %v, want %q matching ErrValue", tc.v, err, tc.err)
-			}
+		if refused(t, fmt.Sprintf("Bool(%#v)", tc.v), err, tc.err) {
 			continue
 		}
-		if err != nil || got != tc.want {
+		if got != tc.want {
 			t.Errorf("Bool(%#v) = %v, %v; want %v", tc.v, got, err, tc.want)
 		}
 	}
