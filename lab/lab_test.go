@@ -44,6 +44,10 @@ const (
 
 var kinds = []string{kindKill, kindStop, kindBroker, kindLeader, kindQuorum, kindSIGTERM}
 
+// kindNames are the short names LEASEBRIDGE_LAB_KINDS selects kinds by.
+var kindNames = map[string]string{"kill": kindKill, "stop": kindStop, "broker": kindBroker, "leader": kindLeader,
+	"quorum": kindQuorum, "term": kindSIGTERM}
+
 // defaultRounds gives 54 trials: the CI minimum is 50.
 const defaultRounds = 9
 
@@ -119,9 +123,20 @@ func TestFailoverLab(t *testing.T) {
 		}
 		rounds = n
 	}
+	run := kinds
+	if s := os.Getenv("LEASEBRIDGE_LAB_KINDS"); s != "" {
+		run = nil
+		for _, name := range strings.Split(s, ",") {
+			k, ok := kindNames[strings.TrimSpace(name)]
+			if !ok {
+				t.Fatalf("LEASEBRIDGE_LAB_KINDS=%q: unknown kind %q (kill, stop, broker, leader, quorum, term)", s, name)
+			}
+			run = append(run, k)
+		}
+	}
 	l := startLab(t)
 	for round := 1; round <= rounds; round++ {
-		for _, kind := range kinds {
+		for _, kind := range run {
 			tr := &trial{N: len(l.trials) + 1, Round: round, Kind: kind, FencedRequests: -1}
 			l.trials = append(l.trials, tr)
 			l.run(tr)

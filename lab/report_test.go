@@ -93,7 +93,9 @@ func (l *lab) markdown() string {
 	w("- Peers: %s, %s, Modbus server `github.com/simonvetter/modbus` behind `internal/faultproxy`.\n",
 		firstLine("etcd", "--version"), firstLine(testmqtt.LookMosquitto(l.t), "-h"))
 	w("- Reproduce: `LEASEBRIDGE_WRITE_DOCS=1 go test -count=1 -run TestFailoverLab -v ./lab/`\n")
-	w("  (`LEASEBRIDGE_LAB_ROUNDS=N` changes the number of rounds, 9 by default).\n\n")
+	w("  (`LEASEBRIDGE_LAB_ROUNDS=N` changes the number of rounds, 9 by default;\n")
+	w("  `LEASEBRIDGE_LAB_KINDS=kill,stop,broker,leader,quorum,term` selects fault kinds;\n")
+	w("  `LEASEBRIDGE_LAB_LOGDIR=DIR` keeps the bridges' logs).\n\n")
 
 	w("## Timings and the budgets they admit\n\n")
 	w("Every bridge runs with lease_ttl %s, renew_interval %s, lease_renew_jitter %s,\n", fs(tm.LeaseTTL), fs(tm.RenewInterval), fs(tm.RenewJitter))
