@@ -15,6 +15,7 @@ import (
 
 	"github.com/leasebridge/leasebridge/internal/faultproxy"
 	"github.com/leasebridge/leasebridge/routes"
+	"github.com/leasebridge/leasebridge/transports/opcua/uatest"
 )
 
 // startNodeOPCUA runs testdata/nodeopcua/server.js (node-opcua) for the
@@ -37,7 +38,7 @@ func startNodeOPCUA(t *testing.T) (endpoint string) {
 			t.Fatalf("npm ci in %s (needs node and npm): %v\n%s", dir, err, out)
 		}
 	}
-	port := freePort(t)
+	port := uatest.FreePort(t)
 	cmd := exec.Command("node", "server.js", strconv.Itoa(port), t.TempDir())
 	cmd.Dir = dir
 	stdout, err := cmd.StdoutPipe()

@@ -19,6 +19,7 @@ import (
 	"github.com/leasebridge/leasebridge/internal/faultproxy"
 	"github.com/leasebridge/leasebridge/routes"
 	"github.com/leasebridge/leasebridge/transports"
+	"github.com/leasebridge/leasebridge/transports/opcua/uatest"
 )
 
 var typed = []struct {
@@ -30,15 +31,13 @@ var typed = []struct {
 	{"u64", uint64(math.MaxUint64)}, {"f32", float32(-12.625)}, {"f64", 1234.5678}, {"s", "hello ua"},
 }
 
-func fill(s *space) {
+func fill(s *uatest.Space) {
 	for _, n := range typed {
-		s.set(n.node, n.v)
+		s.Set(n.node, n.v)
 	}
-	s.set("scaled", int16(250))
-	s.set("ro", int32(1))
-	s.mu.Lock()
-	s.ro[ua.NewStringNodeID(1, "ro").String()] = true
-	s.mu.Unlock()
+	s.Set("scaled", int16(250))
+	s.Set("ro", int32(1))
+	s.SetReadOnly("ro")
 }
 
 func typedTags(writable bool) []*routes.Tag {
@@ -50,8 +49,8 @@ func typedTags(writable bool) []*routes.Tag {
 }
 
 func TestPollEveryType(t *testing.T) {
-	srv := startServer(t)
-	fill(srv.space)
+	srv := uatest.Start(t)
+	fill(srv.Space)
 	tags := append(typedTags(false),
 		&routes.Tag{Name: "scaled", Address: "ns=1;s=scaled", Scale: ptr(0.1), Offset: 1},
 		&routes.Tag{Name: "missing", Address: "ns=1;s=nope"})
@@ -60,7 +59,7 @@ func TestPollEveryType(t *testing.T) {
 	v := r.poll(t, "g")
 	for _, n := range typed {
 		mustGood(t, v, n.node, n.v)
-		if want := srv.space.get(n.node).SourceTimestamp; !v[n.node].Timestamp.Equal(want) {
+		if want := srv.Space.Get(n.node).SourceTimestamp; !v[n.node].Timestamp.Equal(want) {
 			t.Errorf("%s: timestamp %v, want the source timestamp %v", n.node, v[n.node].Timestamp, want)
 		}
 	}
@@ -78,10 +77,10 @@ func TestPollEveryType(t *testing.T) {
 // TestChunkByMaxNodesPerRead polls more tags than the server's
 // MaxNodesPerRead (32 on the gopcua server).
 func TestChunkByMaxNodesPerRead(t *testing.T) {
-	srv := startServer(t)
+	srv := uatest.Start(t)
 	var tags []*routes.Tag
 	for i := 0; i < 70; i++ {
-		srv.space.set(fmt.Sprint("n", i), int32(i))
+		srv.Space.Set(fmt.Sprint("n", i), int32(i))
 		tags = append(tags, &routes.Tag{Name: fmt.Sprint("n", i), Address: fmt.Sprintf("ns=1;s=n%d", i)})
 	}
 	r := newRig(t, srv, &routes.Device{Groups: []*routes.PollGroup{{Name: "g", Tags: tags}}})
@@ -104,8 +103,8 @@ func TestChunkByMaxNodesPerRead(t *testing.T) {
 }
 
 func TestWrite(t *testing.T) {
-	srv := startServer(t)
-	fill(srv.space)
+	srv := uatest.Start(t)
+	fill(srv.Space)
 	tags := append(typedTags(true),
 		&routes.Tag{Name: "scaled", Address: "ns=1;s=scaled", Scale: ptr(0.1), Offset: 1, Writable: true},
 		&routes.Tag{Name: "ro", Address: "ns=1;s=ro", Type: "int32", Writable: true},
@@ -125,7 +124,7 @@ func TestWrite(t *testing.T) {
 		if err := r.tr.Write(ctx, name, w.in); err != nil {
 			t.Fatalf("write %s: %v", name, err)
 		}
-		if got := srv.space.get(name).Value.Value(); fmt.Sprintf("%T %v", got, got) != fmt.Sprintf("%T %v", w.want, w.want) {
+		if got := srv.Space.Get(name).Value.Value(); fmt.Sprintf("%T %v", got, got) != fmt.Sprintf("%T %v", w.want, w.want) {
 			t.Errorf("write %s=%v: server holds %T %v, want %T %v", name, w.in, got, got, w.want, w.want)
 		}
 	}
@@ -148,7 +147,7 @@ func TestWrite(t *testing.T) {
 	if err := r.tr.Write(ctx, "typed", 12); err != nil {
 		t.Fatal(err)
 	}
-	if got := srv.space.get("i16").Value.Value(); got != int16(12) {
+	if got := srv.Space.Get("i16").Value.Value(); got != int16(12) {
 		t.Errorf("typed write stored %T %v", got, got)
 	}
 	if st := r.proxy.Stats(); st.Current != 1 {
@@ -215,18 +214,18 @@ func subDevice() *routes.Device {
 }
 
 func TestSubscribeAndDeadband(t *testing.T) {
-	srv := startServer(t)
-	srv.space.set("temp", 20.0)
-	srv.space.set("count", int32(0))
+	srv := uatest.Start(t)
+	srv.Space.Set("temp", 20.0)
+	srv.Space.Set("count", int32(0))
 	r := newRig(t, srv, subDevice())
 	c := newCollector(r.tr)
 	r.open(t)
 	c.wait(t, "temp", 20.0)
 	c.wait(t, "count", int32(0))
-	srv.space.set("temp", 22.0) // within the deadband of 5
-	srv.space.set("count", int32(1))
+	srv.Space.Set("temp", 22.0) // within the deadband of 5
+	srv.Space.Set("count", int32(1))
 	c.wait(t, "count", int32(1))
-	srv.space.set("temp", 30.0)
+	srv.Space.Set("temp", 30.0)
 	for _, v := range c.wait(t, "temp", 30.0) {
 		if v != 20.0 {
 			t.Errorf("a value within the deadband was delivered: %v", v)
@@ -235,7 +234,7 @@ func TestSubscribeAndDeadband(t *testing.T) {
 	v := r.poll(t, "sub")
 	mustGood(t, v, "temp", 30.0)
 	mustGood(t, v, "count", int32(1))
-	if ids := srv.subscriptionIDs(); len(ids) != 1 {
+	if ids := srv.SubscriptionIDs(); len(ids) != 1 {
 		t.Errorf("server holds %d subscriptions, want 1", len(ids))
 	}
 }
@@ -244,19 +243,19 @@ func TestSubscribeAndDeadband(t *testing.T) {
 // server behind the client's back: the watchdog must notice a change that
 // is never notified and recreate it, on the same session.
 func TestWatchdogRecreatesLostSubscription(t *testing.T) {
-	srv := startServer(t)
-	srv.space.set("temp", 20.0)
-	srv.space.set("count", int32(0))
+	srv := uatest.Start(t)
+	srv.Space.Set("temp", 20.0)
+	srv.Space.Set("count", int32(0))
 	r := newRig(t, srv, subDevice())
 	c := newCollector(r.tr)
 	r.open(t)
 	c.wait(t, "count", int32(0))
-	ids := srv.subscriptionIDs()
+	ids := srv.SubscriptionIDs()
 	if len(ids) != 1 {
 		t.Fatalf("server subscriptions %v", ids)
 	}
-	srv.srv.SubscriptionService.DeleteSubscription(ids[0])
-	srv.space.set("count", int32(42))
+	srv.Srv.SubscriptionService.DeleteSubscription(ids[0])
+	srv.Space.Set("count", int32(42))
 	c.wait(t, "count", int32(42))
 	r.tr.mu.Lock()
 	recreated, sessions := r.tr.recreated, r.tr.sessions
@@ -264,10 +263,10 @@ func TestWatchdogRecreatesLostSubscription(t *testing.T) {
 	if recreated < 1 || sessions != 1 {
 		t.Errorf("recreated %d subscriptions over %d sessions; want at least 1 over 1", recreated, sessions)
 	}
-	if now := srv.subscriptionIDs(); len(now) != 1 {
+	if now := srv.SubscriptionIDs(); len(now) != 1 {
 		t.Errorf("server subscriptions after recreation: %v", now)
 	}
-	srv.space.set("count", int32(43))
+	srv.Space.Set("count", int32(43))
 	c.wait(t, "count", int32(43))
 }
 
@@ -275,9 +274,9 @@ func TestWatchdogRecreatesLostSubscription(t *testing.T) {
 // the restart the transport reconnects and the watchdog resubscribes,
 // never holding two connections.
 func TestServerRestart(t *testing.T) {
-	srv := startServer(t)
-	srv.space.set("temp", 20.0)
-	srv.space.set("count", int32(0))
+	srv := uatest.Start(t)
+	srv.Space.Set("temp", 20.0)
+	srv.Space.Set("count", int32(0))
 	dev := subDevice()
 	dev.Groups = append(dev.Groups, &routes.PollGroup{Name: "p", Tags: []*routes.Tag{{Name: "pc", Address: "ns=1;s=count"}}})
 	r := newRig(t, srv, dev)
@@ -285,7 +284,7 @@ func TestServerRestart(t *testing.T) {
 	r.open(t)
 	c.wait(t, "count", int32(0))
 	r.waitConns(t, 1)
-	srv.stop()
+	srv.Stop()
 	r.waitConns(t, 0)
 	vals, err := r.tr.Poll(context.Background(), "p")
 	if err == nil || vals[0].Quality != transports.Bad {
@@ -297,8 +296,8 @@ func TestServerRestart(t *testing.T) {
 	if r.tr.State().Converged {
 		t.Error("converged while the server is down")
 	}
-	srv.start()
-	srv.space.set("count", int32(5))
+	srv.Start()
+	srv.Space.Set("count", int32(5))
 	c.wait(t, "count", int32(5))
 	mustGood(t, r.poll(t, "p"), "pc", int32(5))
 	if st := r.proxy.Stats(); st.Peak > 1 {
@@ -307,8 +306,8 @@ func TestServerRestart(t *testing.T) {
 }
 
 func TestTimeoutsAndCloseBounds(t *testing.T) {
-	srv := startServer(t)
-	srv.space.set("x", int32(1))
+	srv := uatest.Start(t)
+	srv.Space.Set("x", int32(1))
 	dev := &routes.Device{ConnectTimeout: routes.Duration(time.Second), RequestTimeout: routes.Duration(300 * time.Millisecond),
 		CloseTimeout: routes.Duration(400 * time.Millisecond),
 		Groups:       []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Name: "x", Address: "ns=1;s=x"}}}}}
@@ -363,9 +362,9 @@ func TestTimeoutsAndCloseBounds(t *testing.T) {
 }
 
 func TestOwnerContextCancel(t *testing.T) {
-	srv := startServer(t)
-	srv.space.set("temp", 1.0)
-	srv.space.set("count", int32(0))
+	srv := uatest.Start(t)
+	srv.Space.Set("temp", 1.0)
+	srv.Space.Set("count", int32(0))
 	r := newRig(t, srv, subDevice())
 	r.open(t)
 	r.waitConns(t, 1)
@@ -447,8 +446,8 @@ func TestConfigErrors(t *testing.T) {
 
 // TestGuard checks a refused owner guard keeps requests off the wire.
 func TestGuard(t *testing.T) {
-	srv := startServer(t)
-	srv.space.set("x", int32(1))
+	srv := uatest.Start(t)
+	srv.Space.Set("x", int32(1))
 	r := newRig(t, srv, &routes.Device{Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Name: "x", Address: "ns=1;s=x", Writable: true}}}}})
 	var fenced atomic.Bool
 	r.owner = transports.WithGuard(r.owner, func() error {
@@ -475,7 +474,7 @@ func TestGuard(t *testing.T) {
 // TestCloseDuringConnect closes while the server is silent mid-connect:
 // Open returns at once and no connection is left being made.
 func TestCloseDuringConnect(t *testing.T) {
-	srv := startServer(t)
+	srv := uatest.Start(t)
 	r := newRig(t, srv, &routes.Device{ConnectTimeout: routes.Duration(30 * time.Second)}, true)
 	r.halfOpen = true // the blackhole hides our close from the server
 	if err := r.proxy.SetMode(faultproxy.Blackhole); err != nil {
