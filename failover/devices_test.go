@@ -23,8 +23,10 @@ import (
 	"github.com/leasebridge/leasebridge/lease/etcdstore"
 	"github.com/leasebridge/leasebridge/routes"
 	"github.com/leasebridge/leasebridge/transports/mqtt"
+	"github.com/leasebridge/leasebridge/transports/opcua/uatest"
 	"github.com/leasebridge/leasebridge/transports/s7/s7test"
 
+	_ "github.com/leasebridge/leasebridge/transports/opcua"
 	_ "github.com/leasebridge/leasebridge/transports/s7"
 )
 
@@ -195,5 +197,60 @@ func TestS7RoutesThroughMQTT(t *testing.T) {
 	}
 	if _, peak, _ := plc.Conns(); peak != 1 {
 		t.Errorf("the S7 server saw %d concurrent connections", peak)
+	}
+}
+
+const uaRoutes = `deployment_mode: clustered
+lease_store: {endpoints: [%[1]s]}
+manager: {lease_ttl: 2s, renew_interval: 300ms, lease_renew_jitter: 100ms, renew_call_timeout: 200ms, acquire_poll_interval: 200ms, broker_health_step_down: "off"}
+brokers:
+  local: {url: "%[2]s", connect_timeout: 1s, reconcile_timeout: 1s, unmatched_grace: 300ms, close_timeout: 200ms}
+devices:
+  packer:
+    kind: opcua
+    address: opc.tcp://%[3]s
+    connect_timeout: 2s
+    request_timeout: 1s
+    close_timeout: 500ms
+    groups:
+      - name: polled
+        interval: 50ms
+        tags:
+          - {name: speed, address: "ns=1;s=speed", type: float64, writable: true}
+      - name: pushed
+        mode: subscribe
+        interval: 50ms
+        publishing_interval: 100ms
+        tags:
+          - {name: count, address: "ns=1;s=count", type: int32}
+routes:
+  - {name: packer-poll, session: packer, kind: poll, device: packer, broker: local, topic: "v/{device}/{tag}"}
+  - {name: packer-write, session: packer, kind: write, device: packer, broker: local, request_topic: w/req, reply_topic: w/resp, qos: 1}
+`
+
+// An OPC UA server (gopcua) through the supervisor to a real broker: a
+// polled and a subscribed group arrive with the epoch, a change on the
+// server reaches the broker, and a write request changes the node.
+func TestOPCUARoutesThroughMQTT(t *testing.T) {
+	srv := uatest.Start(t)
+	srv.Space.Set("speed", 1.5)
+	srv.Space.Set("count", int32(7))
+	h, _ := startRoutes(t, uaRoutes, srv.Proxy.Addr())
+	good := func(want any) func(mqtt.ValueMessage) bool {
+		return func(v mqtt.ValueMessage) bool { return v.Quality == "good" && v.Epoch >= 1 && v.Value == want }
+	}
+	h.value(t, "v/packer/speed", good(1.5))
+	h.value(t, "v/packer/count", good(float64(7)))
+	srv.Space.Set("count", int32(8))
+	h.value(t, "v/packer/count", good(float64(8)))
+	if r := h.write(t, "a", "speed", 3.25); r.Error != failover.WriteOK {
+		t.Fatalf("write speed: %+v", r)
+	}
+	if got := srv.Space.Get("speed").Value.Value(); got != 3.25 {
+		t.Errorf("speed on the server = %v after the write, want 3.25", got)
+	}
+	h.value(t, "v/packer/speed", good(3.25))
+	if peak := srv.Proxy.Peak(); peak != 1 {
+		t.Errorf("the OPC UA server saw %d concurrent connections", peak)
 	}
 }
