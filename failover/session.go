@@ -215,7 +215,7 @@ func (s *session) serve(ev lease.Event, stop <-chan struct{}) {
 				continue
 			}
 			p := &poller{t: t, route: r, group: g, dev: dev, local: t.brokers[r.Broker],
-				last: map[string]transports.Value{}, band: map[string]float64{}, onGood: onGood, failing: map[string]bool{}}
+				last: map[string]transports.Value{}, band: map[string]float64{}, onGood: onGood, failing: map[string]bool{}, topics: map[string]string{}}
 			for _, tag := range g.Tags {
 				p.band[tag.Name] = tag.Deadband
 			}

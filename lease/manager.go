@@ -14,8 +14,12 @@ import (
 // watchSlice caps each sleep of the fence watchdog and of the run loop.
 // Go timers run on a clock that stops during suspend; waking at least this
 // often re-reads Now, which does not, so a deadline that passed during a
-// suspend is acted on within one slice of resuming.
-const watchSlice = 50 * time.Millisecond
+// suspend is acted on within one slice of resuming. Device I/O never waits
+// for it: every request checks the deadline itself (transports.Guard), so
+// the slice only bounds how late a suspended owner's sockets close, and a
+// longer slice keeps a thousand idle managers from waking 20 times a
+// second each.
+const watchSlice = 500 * time.Millisecond
 
 // Options configure a Manager.
 type Options struct {

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -286,8 +287,22 @@ func (d *decoder) brokerHealth(n *yaml.Node, v reflect.Value, path string) {
 	v.Set(reflect.ValueOf(BrokerHealth{Mode: admission.BrokerHealthOn, Threshold: dur}))
 }
 
+// fieldCache holds fields' result per type: a large file has thousands of
+// mappings of a handful of types.
+var fieldCache sync.Map // reflect.Type -> map[string][]int
+
 // fields maps yaml keys to struct field indexes, following inline structs.
+// The result is shared; callers must not modify it.
 func fields(t reflect.Type) map[string][]int {
+	if m, ok := fieldCache.Load(t); ok {
+		return m.(map[string][]int)
+	}
+	m := buildFields(t)
+	fieldCache.Store(t, m)
+	return m
+}
+
+func buildFields(t reflect.Type) map[string][]int {
 	out := map[string][]int{}
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
@@ -297,7 +312,7 @@ func fields(t reflect.Type) map[string][]int {
 			continue
 		}
 		if opts == "inline" {
-			for k, idx := range fields(f.Type) {
+			for k, idx := range buildFields(f.Type) {
 				out[k] = append([]int{i}, idx...)
 			}
 			continue
