@@ -11,6 +11,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/leasebridge/leasebridge/internal/testbin"
 	"github.com/leasebridge/leasebridge/routes"
 )
 
@@ -100,7 +101,7 @@ func TestLargeConfigAdmitted(t *testing.T) {
 				t.Fatalf("session %s refused: %v", r.Session, r.Refusals)
 			}
 		}
-		out, err := exec.Command(lbBinary(t), "admit", "-c", path).CombinedOutput()
+		out, err := exec.Command(testbin.Leasebridge(t), "admit", "-c", path).CombinedOutput()
 		if err != nil {
 			t.Fatalf("leasebridge admit: %v\n%s", err, out)
 		}
@@ -112,7 +113,7 @@ func TestLargeConfigAdmitted(t *testing.T) {
 // with one and with four tags per poll group, and, in process,
 // routes.Load plus Admit.
 func BenchmarkAdmitLarge(b *testing.B) {
-	bin := lbBinary(b)
+	bin := testbin.Leasebridge(b)
 	for _, tags := range tagShapes {
 		path := writeLargeConfig(b, tags)
 		st, err := os.Stat(path)

@@ -9,56 +9,16 @@
 package bench
 
 import (
-	"fmt"
 	"io"
 	"log"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 
 	mbserver "github.com/simonvetter/modbus"
+
+	"github.com/leasebridge/leasebridge/internal/testbin"
 )
-
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-// lbBinary builds leasebridge once per test process.
-func lbBinary(tb testing.TB) string {
-	tb.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "leasebridge-bench-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "leasebridge")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/leasebridge/leasebridge/cmd/leasebridge").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		tb.Fatal(buildErr)
-	}
-	return binPath
-}
-
-func freeAddr(tb testing.TB) string {
-	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
 
 // registers is a Modbus server's register map; it counts the read
 // requests it answers so both loops can be checked to do the same device
@@ -73,7 +33,7 @@ type registers struct {
 // uses) on a free loopback port, accepting up to maxClients connections.
 func startModbus(tb testing.TB, maxClients uint) (string, *registers) {
 	tb.Helper()
-	addr := freeAddr(tb)
+	addr := testbin.FreeAddr(tb)
 	regs := &registers{}
 	for i := range regs.holding {
 		regs.holding[i] = uint16(1000 + i)

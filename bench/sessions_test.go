@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/leasebridge/leasebridge/failover"
+	"github.com/leasebridge/leasebridge/internal/testbin"
 	"github.com/leasebridge/leasebridge/internal/testetcd"
 	"github.com/leasebridge/leasebridge/internal/testmqtt"
 	"github.com/leasebridge/leasebridge/routes"
@@ -167,7 +168,7 @@ func BenchmarkThousandSessions(b *testing.B) {
 	etcd := testetcd.StartBinary(b, 1)
 	broker := testmqtt.StartMosquitto(b, testmqtt.MosquittoConfig{})
 	modbusAddr, _ := startModbus(b, 2*manySessions)
-	httpAddr := freeAddr(b)
+	httpAddr := testbin.FreeAddr(b)
 	path, cfg := writeManyConfig(b, etcd.Endpoints()[0], broker.URL, modbusAddr, httpAddr)
 	reps := cfg.Admit()
 	renew := reps[0].Timing.RenewInterval
@@ -177,7 +178,7 @@ func BenchmarkThousandSessions(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer logf.Close()
-	cmd := exec.Command(lbBinary(b), "run", "-c", path)
+	cmd := exec.Command(testbin.Leasebridge(b), "run", "-c", path)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)

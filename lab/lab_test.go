@@ -27,6 +27,7 @@ import (
 	"github.com/leasebridge/leasebridge/failover"
 	"github.com/leasebridge/leasebridge/internal/faultproxy"
 	"github.com/leasebridge/leasebridge/internal/plcsim"
+	"github.com/leasebridge/leasebridge/internal/testbin"
 	"github.com/leasebridge/leasebridge/internal/testetcd"
 	"github.com/leasebridge/leasebridge/internal/testmqtt"
 	"github.com/leasebridge/leasebridge/transports/mqtt"
@@ -170,7 +171,7 @@ func TestFailoverLab(t *testing.T) {
 func startLab(t *testing.T) *lab {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	binary(t) // build before starting the clocks
+	testbin.Leasebridge(t) // build before starting the clocks
 	l := &lab{t: t, ctx: ctx, began: time.Now()}
 	l.etcd = testetcd.StartBinary(t, 3)
 	var err error

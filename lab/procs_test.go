@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,6 +19,7 @@ import (
 	"github.com/leasebridge/leasebridge/admission"
 	"github.com/leasebridge/leasebridge/failover"
 	"github.com/leasebridge/leasebridge/internal/faultproxy"
+	"github.com/leasebridge/leasebridge/internal/testbin"
 	"github.com/leasebridge/leasebridge/internal/testmqtt"
 	"github.com/leasebridge/leasebridge/routes"
 )
@@ -63,43 +63,6 @@ routes:
 // budget adds mqtt.DetectionBound(keepalive).
 const keepalive = time.Second
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-// binary builds leasebridge once per test process.
-func binary(t testing.TB) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "leasebridge-lab-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "leasebridge")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/leasebridge/leasebridge/cmd/leasebridge").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
-
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // bridge is one `leasebridge run` process slot: its configuration, its
 // own mosquitto and the fault proxy on its broker path. A slot is
 // restarted (a new process, a new lease identity) after a trial ended it,
@@ -124,7 +87,7 @@ type bridge struct {
 
 func newBridge(t *testing.T, dir, name, etcdEndpoints, plcAddr string, broker *testmqtt.Mosquitto, proxy *faultproxy.Proxy) *bridge {
 	t.Helper()
-	b := &bridge{name: name, http: freeAddr(t), cfgPath: filepath.Join(dir, name+".yaml"), logPath: filepath.Join(dir, name+".log"),
+	b := &bridge{name: name, http: testbin.FreeAddr(t), cfgPath: filepath.Join(dir, name+".yaml"), logPath: filepath.Join(dir, name+".log"),
 		broker: broker, proxy: proxy}
 	y := fmt.Sprintf(labConfig, etcdEndpoints, "tcp://"+proxy.Addr(), plcAddr, name, b.http)
 	if err := os.WriteFile(b.cfgPath, []byte(y), 0o600); err != nil {
@@ -161,7 +124,7 @@ func (b *bridge) start(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(binary(t), "run", "-c", b.cfgPath, "--log-format", "json")
+	cmd := exec.Command(testbin.Leasebridge(t), "run", "-c", b.cfgPath, "--log-format", "json")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Not under systemd here, whatever the environment says.
 	for _, kv := range os.Environ() {

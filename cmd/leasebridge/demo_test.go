@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasebridge/leasebridge/failover"
 	"github.com/leasebridge/leasebridge/internal/report"
+	"github.com/leasebridge/leasebridge/internal/testbin"
 )
 
 // The README's first command: the demo builds, runs two bridge processes,
@@ -19,7 +20,7 @@ import (
 // one PLC connection at a time. The demo itself compares its measurements
 // with the budget; this test checks that it did and printed them.
 func TestDemoTakesOverWithinBudget(t *testing.T) {
-	bin := binary(t)
+	bin := testbin.Leasebridge(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, bin, "demo").CombinedOutput()

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,37 +18,11 @@ import (
 	"github.com/leasebridge/leasebridge/internal/embedbroker"
 	"github.com/leasebridge/leasebridge/internal/faultproxy"
 	"github.com/leasebridge/leasebridge/internal/plcsim"
+	"github.com/leasebridge/leasebridge/internal/testbin"
 	"github.com/leasebridge/leasebridge/lease/etcdembed"
 	"github.com/leasebridge/leasebridge/routes"
 	"github.com/leasebridge/leasebridge/transports/mqtt"
 )
-
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-// binary builds leasebridge once per test process.
-func binary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "leasebridge-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "leasebridge")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
 
 // runConfig is demoConfig with a broker path the test can cut and a
 // broker-path threshold.
@@ -149,7 +122,7 @@ func (p *runPeers) start(t *testing.T, node string) *proc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pr.cmd = exec.Command(binary(t), "run", "-c", path, "--log-format", "text")
+	pr.cmd = exec.Command(testbin.Leasebridge(t), "run", "-c", path, "--log-format", "text")
 	pr.cmd.Stdout, pr.cmd.Stderr = logf, logf
 	if err := pr.cmd.Start(); err != nil {
 		t.Fatal(err)
