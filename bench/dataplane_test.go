@@ -139,20 +139,14 @@ func rawLoop(b *testing.B, p *dataPeers, qos byte) {
 	p.loopReads = p.regs.reads.Load() - p.loopReads
 }
 
-// leasebridgeLoop is leasebridge's data plane: the Modbus transport polls
-// the group under an owner guard (the fence check before every request)
-// and the MQTT transport publishes each value with the epoch, the topic
-// filled from the route's template, as failover's poller does for every
-// poll.
-func leasebridgeLoop(b *testing.B, p *dataPeers, qos byte) { lbLoop(b, p, qos, false) }
+// leasebridgeLoop is leasebridge's data plane as failover's poller runs
+// it: the Modbus transport polls the group under an owner guard (the fence
+// check before every request) and the MQTT transport publishes each value
+// with the epoch, on the tag's topic filled once from the route's template
+// (failover/workers.go, poller.topic).
+func leasebridgeLoop(b *testing.B, p *dataPeers, qos byte) { lbLoop(b, p, qos) }
 
-// leasebridgeCachedTopicLoop is leasebridgeLoop with each tag's topic
-// filled once instead of for every value: what precomputing the topics in
-// failover's poller (topicFor builds a strings.Replacer per value) would
-// gain.
-func leasebridgeCachedTopicLoop(b *testing.B, p *dataPeers, qos byte) { lbLoop(b, p, qos, true) }
-
-func lbLoop(b *testing.B, p *dataPeers, qos byte, cacheTopics bool) {
+func lbLoop(b *testing.B, p *dataPeers, qos byte) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	deadline := lease.Now() + time.Hour
@@ -195,15 +189,10 @@ func lbLoop(b *testing.B, p *dataPeers, qos byte, cacheTopics bool) {
 			if v.Quality != transports.Good {
 				b.Fatalf("tag %s: %v", v.Tag, v.Err)
 			}
-			var topic string
-			if cacheTopics {
-				var ok bool
-				if topic, ok = cached[v.Tag]; !ok {
-					topic = topicFor(v.Tag)
-					cached[v.Tag] = topic
-				}
-			} else {
+			topic, ok := cached[v.Tag]
+			if !ok {
 				topic = topicFor(v.Tag)
+				cached[v.Tag] = topic
 			}
 			if err := cl.PublishValue(gctx, topic, qos, false, v); err != nil {
 				b.Fatal(err)
@@ -223,7 +212,7 @@ func BenchmarkDataPlane(b *testing.B) {
 		for _, impl := range []struct {
 			name string
 			loop func(*testing.B, *dataPeers, byte)
-		}{{"raw", rawLoop}, {"leasebridge", leasebridgeLoop}, {"leasebridge-cached-topics", leasebridgeCachedTopicLoop}} {
+		}{{"raw", rawLoop}, {"leasebridge", leasebridgeLoop}} {
 			name := fmt.Sprintf("qos%d/%s", qos, impl.name)
 			b.Run(name, func(b *testing.B) {
 				start := time.Now()

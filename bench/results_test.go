@@ -137,10 +137,8 @@ func benchMarkdown() string {
 		w("- **raw**: `goburrow/modbus` `ReadHoldingRegisters` + `encoding/json` + `paho.mqtt.golang` `Publish`, the\n")
 		w("  same payload fields as leasebridge's.\n")
 		w("- **leasebridge**: `transports/modbus` `Poll` under an owner guard (the fence check before every\n")
-		w("  request) + `transports/mqtt` `PublishValue` (epoch stamped) with the topic filled from the\n")
-		w("  route template for every value, as `failover`'s poller does (`topicFor`).\n")
-		w("- **leasebridge, topics cached**: the same with each tag's topic filled once: what\n")
-		w("  precomputing topics in the poller would give.\n\n")
+		w("  request) + `transports/mqtt` `PublishValue` (epoch stamped) on each tag's topic, filled once\n")
+		w("  from the route template, as `failover`'s poller does (`poller.topic`).\n\n")
 		w("| QoS | loop | per poll (median of %d) | added latency per poll | polls/s | throughput vs raw | goal >= 90 %% |\n", len(runs["dataplane/qos0/raw"]))
 		w("|---|---|---|---|---|---|---|\n")
 		for _, q := range []string{"qos0", "qos1"} {
@@ -149,7 +147,7 @@ func benchMarkdown() string {
 				continue
 			}
 			w("| %s | raw | %s | - | %.0f | 100 %% | |\n", strings.TrimPrefix(q, "qos"), us(raw.NsPerOp), 1e9/raw.NsPerOp)
-			for _, impl := range []struct{ key, label string }{{"leasebridge", "leasebridge"}, {"leasebridge-cached-topics", "leasebridge, topics cached"}} {
+			for _, impl := range []struct{ key, label string }{{"leasebridge", "leasebridge"}} {
 				lb, _, ok := medianResult("dataplane/" + q + "/" + impl.key)
 				if !ok {
 					continue
@@ -193,9 +191,9 @@ func benchMarkdown() string {
 		}
 		w("\n")
 		w("Where the time goes (CPU profile of the in-process path): about 40 %% is `yaml.v3` building its\n")
-		w("node tree, about 40 %% is `routes`' strict decoder walking it (it rebuilds the reflected\n")
-		w("key-to-field map of a struct type for every YAML mapping, `routes.fields`, and records a\n")
-		w("position for every key path), and admission itself is under 10 %%. A whole process adds the\n")
+		w("node tree, most of the rest is `routes`' strict decoder walking it (it records a position\n")
+		w("for every key path; the reflected key-to-field map of each struct type is built once), and\n")
+		w("admission itself is under 10 %%. A whole process adds the\n")
 		w("binary's start (about 25 ms of package initialisation for the etcd, gRPC and Prometheus\n")
 		w("dependencies) and a cold heap.\n\n")
 	}
@@ -228,10 +226,10 @@ func benchMarkdown() string {
 		}
 		w("\n")
 		w("Where the idle CPU goes: every lease manager's run loop and every owner's fence watchdog\n")
-		w("wake at least every 50 ms (`lease.watchSlice`, so a deadline that passed during a suspend is\n")
-		w("acted on promptly): 2 x 20 wake-ups per second per session, 40,000 per second for 1,000\n")
-		w("sessions, whatever the lease cadence. `BenchmarkIdleLeaseManagers` shows that the lease\n")
-		w("layer alone accounts for most of the idle CPU above. Where the memory goes: each session\n")
+		w("wake at least every 500 ms (`lease.watchSlice`, so a deadline that passed during a suspend is\n")
+		w("acted on within that slice; device requests check the deadline themselves), 4 wake-ups per\n")
+		w("second per session; the rest is the pollers and paho's keepalive machinery, as\n")
+		w("`BenchmarkIdleLeaseManagers` (the lease layer alone) shows. Where the memory goes: each session\n")
 		w("keeps about 16 goroutines (lease manager and fence watchdog, poller, paho's comms workers,\n")
 		w("keepalive, the MQTT supervisor), so Go stacks are a large part of the RSS.\n\n")
 	}

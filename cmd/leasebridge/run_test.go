@@ -275,3 +275,62 @@ func TestRunNotifiesSystemd(t *testing.T) {
 		t.Fatalf("exit %d", code)
 	}
 }
+
+// A standalone node without lease_store endpoints runs an embedded
+// single-member etcd in data_dir, and its sessions reach ServiceLevelFull
+// on it.
+func TestRunStandaloneEmbeddedStore(t *testing.T) {
+	p := startRunPeers(t)
+	dataDir := t.TempDir()
+	addr := testbin.FreeAddr(t)
+	y := fmt.Sprintf(`deployment_mode: standalone
+node: gw
+data_dir: %s
+http_listen: %s
+manager: {lease_ttl: 2s, acquire_poll_interval: 200ms, renew_call_timeout: 200ms}
+brokers:
+  local: {url: "%s", connect_timeout: 1s, reconcile_timeout: 1s, unmatched_grace: 300ms, close_timeout: 200ms}
+devices:
+  plc: {kind: modbus_tcp, address: "%s", connect_timeout: 500ms, request_timeout: 500ms, close_timeout: 200ms,
+        groups: [{name: g, interval: 50ms, tags: [{name: cycles, register: holding, address: 0, type: uint16}]}]}
+routes:
+  - {name: telemetry, session: plc, kind: poll, device: plc, broker: local}
+`, dataDir, addr, p.broker.URL, p.plc.Addr())
+	path := filepath.Join(t.TempDir(), "gw.yaml")
+	if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := routes.Parse(path, []byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	budget := cfg.Admit()[0].OwnerDeath.Total
+	logf, err := os.Create(filepath.Join(t.TempDir(), "gw.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(testbin.Leasebridge(t), "run", "-c", path, "--log-format", "text")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var waitErr error
+	exited := make(chan struct{})
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited; logf.Close() })
+	// The embedded member's start is part of the first takeover here.
+	if _, _, err := waitOwner(context.Background(), []*bridgeProc{{name: "gw", http: addr}}, nil, budget+time.Minute); err != nil {
+		b, _ := os.ReadFile(logf.Name())
+		t.Fatalf("%v\n%s", err, b)
+	}
+	if _, err := os.Stat(filepath.Join(dataDir, "etcd", "member")); err != nil {
+		t.Errorf("no embedded etcd member in data_dir: %v", err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	<-exited
+	if waitErr != nil {
+		t.Errorf("exit after SIGTERM: %v", waitErr)
+	}
+}
