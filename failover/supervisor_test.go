@@ -23,6 +23,7 @@ import (
 	"github.com/leasebridge/leasebridge/internal/embedbroker"
 	"github.com/leasebridge/leasebridge/internal/faultproxy"
 	"github.com/leasebridge/leasebridge/internal/plcsim"
+	"github.com/leasebridge/leasebridge/internal/testbin"
 	"github.com/leasebridge/leasebridge/lease"
 	"github.com/leasebridge/leasebridge/lease/etcdembed"
 	"github.com/leasebridge/leasebridge/lease/etcdstore"
@@ -62,38 +63,6 @@ func startPeers(t *testing.T) *peers {
 	return &peers{etcd: e, broker: b, plc: p}
 }
 
-const testConfig = `deployment_mode: clustered
-node: %[4]s
-lease_store: {endpoints: [%[1]s], key_prefix: /failover-test/}
-manager:
-  lease_ttl: 2s
-  renew_interval: 300ms
-  lease_renew_jitter: 100ms
-  renew_call_timeout: 200ms
-  acquire_poll_interval: 200ms
-  step_down_grace: 300ms
-  broker_health_step_down: 1s
-  failover_slo: 60s
-brokers:
-  local: {url: "%[2]s", keepalive: 1s, connect_timeout: 1s, reconcile_timeout: 1s, unmatched_grace: 300ms, close_timeout: 200ms}
-devices:
-  plc:
-    kind: modbus_tcp
-    address: %[3]s
-    connect_timeout: 500ms
-    request_timeout: 500ms
-    close_timeout: 200ms
-    groups:
-      - name: g
-        interval: 50ms
-        tags:
-          - {name: cycles, register: holding, address: 0, type: uint16}
-          - {name: setpoint, register: holding, address: 1, type: uint16, writable: true}
-routes:
-  - {name: telemetry, session: plc, kind: poll, device: plc, broker: local, publish: every_poll, topic: "t/{tag}"}
-  - {name: commands, session: plc, kind: write, device: plc, broker: local, request_topic: w/req, reply_topic: w/resp, qos: 1}
-`
-
 // bridge is one in-process bridge: a supervisor with its own etcd client.
 type bridge struct {
 	node    string
@@ -116,7 +85,8 @@ func (p *peers) bridge(t *testing.T, node string) *bridge {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = bp.Close() })
-	y := fmt.Sprintf(testConfig, p.etcd.Endpoints[0], "tcp://"+bp.Addr(), p.plc.Addr(), node)
+	y := testbin.Config(testbin.Bridge{Etcd: p.etcd.Endpoints[0], Broker: "tcp://" + bp.Addr(), PLC: p.plc.Addr(), Node: node,
+		KeyPrefix: "/failover-test/", Topic: "t/{tag}"})
 	cfg, err := routes.Parse(node+".yaml", []byte(y))
 	if err != nil {
 		t.Fatal(err)
@@ -295,7 +265,7 @@ func TestBrokerPathStepDown(t *testing.T) {
 	if err := a.brokerP.SetMode(faultproxy.Blackhole); err != nil {
 		t.Fatal(err)
 	}
-	budget := a.report.BrokerPath.Total + mqtt.DetectionBound(time.Second)
+	budget := a.report.BrokerPath.Total + mqtt.DetectionBound(testbin.KeepAlive)
 	select {
 	case err := <-a.done:
 		if !errors.Is(err, failover.ErrStepDown) {
@@ -317,5 +287,5 @@ func TestBrokerPathStepDown(t *testing.T) {
 		t.Errorf("/metrics lacks the step-down")
 	}
 	t.Logf("broker path cut: owner stepped down after %s, standby at ServiceLevelFull %s after the cut (budget %s + detection %s)",
-		steppedDown, full, a.report.BrokerPath.Total, mqtt.DetectionBound(time.Second))
+		steppedDown, full, a.report.BrokerPath.Total, mqtt.DetectionBound(testbin.KeepAlive))
 }

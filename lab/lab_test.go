@@ -450,7 +450,7 @@ func mustConn(r *plcRecorder, id int) connTrack {
 // (exit 75) and a standby takes the released lease.
 func (l *lab) brokerPath(tr *trial, owner *bridge) {
 	tr.BudgetName = "broker_path + detection"
-	tr.Budget = l.report.BrokerPath.Total + mqtt.DetectionBound(keepalive)
+	tr.Budget = l.report.BrokerPath.Total + mqtt.DetectionBound(testbin.KeepAlive)
 	t0 := time.Now()
 	if err := owner.proxy.SetMode(faultproxy.Blackhole); err != nil {
 		tr.fail("blackhole: %v", err)

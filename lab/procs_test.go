@@ -24,45 +24,6 @@ import (
 	"github.com/leasebridge/leasebridge/routes"
 )
 
-// labConfig gives the bridges second-scale timings so one trial takes a
-// few seconds. %[1]s are the etcd endpoints, %[2]s the bridge's broker URL
-// (its own fault proxy in front of its own mosquitto), %[3]s the PLC
-// (behind the counting proxy), %[4]s the node name, %[5]s the HTTP address.
-const labConfig = `deployment_mode: clustered
-node: %[4]s
-http_listen: %[5]s
-lease_store: {endpoints: [%[1]s], key_prefix: /lab/}
-manager:
-  lease_ttl: 2s
-  renew_interval: 300ms
-  lease_renew_jitter: 100ms
-  renew_call_timeout: 200ms
-  acquire_poll_interval: 200ms
-  step_down_grace: 300ms
-  broker_health_step_down: 1s
-  failover_slo: 60s
-brokers:
-  local: {url: "%[2]s", keepalive: 1s, connect_timeout: 1s, reconcile_timeout: 1s, unmatched_grace: 300ms, close_timeout: 200ms}
-devices:
-  plc:
-    kind: modbus_tcp
-    address: %[3]s
-    connect_timeout: 500ms
-    request_timeout: 500ms
-    close_timeout: 200ms
-    groups:
-      - name: g
-        interval: 50ms
-        tags:
-          - {name: cycles, register: holding, address: 0, type: uint16}
-routes:
-  - {name: telemetry, session: plc, kind: poll, device: plc, broker: local, publish: every_poll, topic: "lab/{device}/{tag}"}
-`
-
-// keepalive is the brokers' MQTT keepalive in labConfig; the broker-path
-// budget adds mqtt.DetectionBound(keepalive).
-const keepalive = time.Second
-
 // bridge is one `leasebridge run` process slot: its configuration, its
 // own mosquitto and the fault proxy on its broker path. A slot is
 // restarted (a new process, a new lease identity) after a trial ended it,
@@ -89,7 +50,8 @@ func newBridge(t *testing.T, dir, name, etcdEndpoints, plcAddr string, broker *t
 	t.Helper()
 	b := &bridge{name: name, http: testbin.FreeAddr(t), cfgPath: filepath.Join(dir, name+".yaml"), logPath: filepath.Join(dir, name+".log"),
 		broker: broker, proxy: proxy}
-	y := fmt.Sprintf(labConfig, etcdEndpoints, "tcp://"+proxy.Addr(), plcAddr, name, b.http)
+	y := testbin.Config(testbin.Bridge{Etcd: etcdEndpoints, Broker: "tcp://" + proxy.Addr(), PLC: plcAddr, Node: name, HTTP: b.http,
+		KeyPrefix: "/lab/", Topic: "lab/{device}/{tag}"})
 	if err := os.WriteFile(b.cfgPath, []byte(y), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasebridge/leasebridge/admission"
+	"github.com/leasebridge/leasebridge/internal/testbin"
 	"github.com/leasebridge/leasebridge/internal/testmqtt"
 	"github.com/leasebridge/leasebridge/transports/mqtt"
 )
@@ -70,7 +71,7 @@ func (l *lab) markdown() string {
 	r := l.report
 	tm := r.Timing
 	pb, _ := admission.PollBoundary(tm.AcquirePollInterval)
-	det := mqtt.DetectionBound(keepalive)
+	det := mqtt.DetectionBound(testbin.KeepAlive)
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 
@@ -100,7 +101,7 @@ func (l *lab) markdown() string {
 	w("## Timings and the budgets they admit\n\n")
 	w("Every bridge runs with lease_ttl %s, renew_interval %s, lease_renew_jitter %s,\n", fs(tm.LeaseTTL), fs(tm.RenewInterval), fs(tm.RenewJitter))
 	w("renew_call_timeout %s, acquire_poll_interval %s, step_down_grace %s,\n", fs(tm.RenewCallTimeout), fs(tm.AcquirePollInterval), fs(tm.StepDownGrace))
-	w("broker_health_step_down 1s, MQTT keepalive %s, and a 50 ms Modbus poll group. Every budget\n", fs(keepalive))
+	w("broker_health_step_down 1s, MQTT keepalive %s, and a 50 ms Modbus poll group. Every budget\n", fs(testbin.KeepAlive))
 	w("below comes from `admission` for that configuration (`lab/procs_test.go`).\n\n")
 	w("| failure mode | budget | terms |\n|---|---|---|\n")
 	w("| owner death (SIGKILL, SIGSTOP, quorum loss) | %s | %s |\n", fs(r.OwnerDeath.Total), terms(r.OwnerDeath))

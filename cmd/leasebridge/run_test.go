@@ -24,39 +24,6 @@ import (
 	"github.com/leasebridge/leasebridge/transports/mqtt"
 )
 
-// runConfig is demoConfig with a broker path the test can cut and a
-// broker-path threshold.
-const runConfig = `deployment_mode: clustered
-node: %[4]s
-http_listen: %[5]s
-lease_store: {endpoints: [%[1]s], key_prefix: /run-test/}
-manager:
-  lease_ttl: 2s
-  renew_interval: 300ms
-  lease_renew_jitter: 100ms
-  renew_call_timeout: 200ms
-  acquire_poll_interval: 200ms
-  step_down_grace: 300ms
-  broker_health_step_down: 1s
-  failover_slo: 60s
-brokers:
-  local: {url: "%[2]s", keepalive: 1s, connect_timeout: 1s, reconcile_timeout: 1s, unmatched_grace: 300ms, close_timeout: 200ms}
-devices:
-  plc:
-    kind: modbus_tcp
-    address: %[3]s
-    connect_timeout: 500ms
-    request_timeout: 500ms
-    close_timeout: 200ms
-    groups:
-      - name: g
-        interval: 50ms
-        tags:
-          - {name: cycles, register: holding, address: 0, type: uint16}
-routes:
-  - {name: telemetry, session: plc, kind: poll, device: plc, broker: local, publish: every_poll}
-`
-
 type proc struct {
 	*bridgeProc
 	proxy  *faultproxy.Proxy
@@ -107,7 +74,8 @@ func (p *runPeers) start(t *testing.T, node string) *proc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	y := fmt.Sprintf(runConfig, p.etcd.Endpoints[0], "tcp://"+px.Addr(), p.plc.Addr(), node, addr)
+	y := testbin.Config(testbin.Bridge{Etcd: p.etcd.Endpoints[0], Broker: "tcp://" + px.Addr(), PLC: p.plc.Addr(), Node: node, HTTP: addr,
+		KeyPrefix: "/run-test/", Topic: "{device}/{tag}"})
 	path := filepath.Join(p.dir, node+".yaml")
 	if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
 		t.Fatal(err)
@@ -211,7 +179,7 @@ func TestRunBrokerPathStepDownExitStatus(t *testing.T) {
 	if err := a.proxy.SetMode(faultproxy.Blackhole); err != nil {
 		t.Fatal(err)
 	}
-	budget := a.report.BrokerPath.Total + mqtt.DetectionBound(time.Second)
+	budget := a.report.BrokerPath.Total + mqtt.DetectionBound(testbin.KeepAlive)
 	if code := a.waitExit(t, budget); code != failover.ExitStepDown {
 		t.Fatalf("owner exit status = %d, want %d", code, failover.ExitStepDown)
 	}
@@ -227,7 +195,7 @@ func TestRunBrokerPathStepDownExitStatus(t *testing.T) {
 		t.Errorf("PLC saw %d concurrent connections", peak)
 	}
 	t.Logf("broker path cut: owner exited %d, standby serving %s after the cut (FailureToFull %s; budget %s + detection %s)",
-		failover.ExitStepDown, took, time.Duration(st.FailureToFullNS), a.report.BrokerPath.Total, mqtt.DetectionBound(time.Second))
+		failover.ExitStepDown, took, time.Duration(st.FailureToFullNS), a.report.BrokerPath.Total, mqtt.DetectionBound(testbin.KeepAlive))
 }
 
 // Under systemd (Type=notify, WatchdogSec) the bridge sends READY=1 once it

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 )
 
 var (
@@ -50,4 +51,63 @@ func FreeAddr(tb testing.TB) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// Bridge describes one bridge of the shared test configuration.
+type Bridge struct {
+	// Etcd is the lease store endpoint, Broker the bridge's broker URL (a
+	// fault proxy in tests that cut it), PLC the Modbus device address.
+	Etcd, Broker, PLC string
+	// Node names the bridge; HTTP is its http_listen (omitted when empty).
+	Node, HTTP string
+	// KeyPrefix separates the tests' lease rows.
+	KeyPrefix string
+	// Topic is the poll route's topic template.
+	Topic string
+}
+
+// KeepAlive is the MQTT keepalive of Config; the broker-path budget adds
+// mqtt.DetectionBound(KeepAlive).
+const KeepAlive = time.Second
+
+// Config is the bridge configuration the process-level tests share:
+// second-scale lease timings, a one-second broker-path threshold, one
+// Modbus PLC polled every 50 ms into a poll route, and a write route on
+// w/req -> w/resp.
+func Config(b Bridge) string {
+	httpLine := ""
+	if b.HTTP != "" {
+		httpLine = "http_listen: " + b.HTTP + "\n"
+	}
+	return fmt.Sprintf(`deployment_mode: clustered
+node: %s
+%slease_store: {endpoints: [%s], key_prefix: %s}
+manager:
+  lease_ttl: 2s
+  renew_interval: 300ms
+  lease_renew_jitter: 100ms
+  renew_call_timeout: 200ms
+  acquire_poll_interval: 200ms
+  step_down_grace: 300ms
+  broker_health_step_down: 1s
+  failover_slo: 60s
+brokers:
+  local: {url: "%s", keepalive: %s, connect_timeout: 1s, reconcile_timeout: 1s, unmatched_grace: 300ms, close_timeout: 200ms}
+devices:
+  plc:
+    kind: modbus_tcp
+    address: %s
+    connect_timeout: 500ms
+    request_timeout: 500ms
+    close_timeout: 200ms
+    groups:
+      - name: g
+        interval: 50ms
+        tags:
+          - {name: cycles, register: holding, address: 0, type: uint16}
+          - {name: setpoint, register: holding, address: 1, type: uint16, writable: true}
+routes:
+  - {name: telemetry, session: plc, kind: poll, device: plc, broker: local, publish: every_poll, topic: "%s"}
+  - {name: commands, session: plc, kind: write, device: plc, broker: local, request_topic: w/req, reply_topic: w/resp, qos: 1}
+`, b.Node, httpLine, b.Etcd, b.KeyPrefix, b.Broker, KeepAlive, b.PLC, b.Topic)
 }
