@@ -254,3 +254,44 @@ func TestOPCUARoutesThroughMQTT(t *testing.T) {
 		t.Errorf("the OPC UA server saw %d concurrent connections", peak)
 	}
 }
+
+const bridgeRoutes = `deployment_mode: clustered
+lease_store: {endpoints: [%[1]s]}
+manager: {lease_ttl: 2s, renew_interval: 300ms, lease_renew_jitter: 100ms, renew_call_timeout: 200ms, acquire_poll_interval: 200ms, broker_health_step_down: "off"}
+brokers:
+  local: {url: "%[2]s", connect_timeout: 1s, reconcile_timeout: 1s, unmatched_grace: 300ms, close_timeout: 200ms}
+  remote: {url: "%[3]s", client_id: "uplink-{session}", connect_timeout: 1s, reconcile_timeout: 1s, unmatched_grace: 300ms, close_timeout: 200ms}
+routes:
+  - name: uplink
+    session: uplink
+    kind: bridge
+    remote: remote
+    broker: local
+    topics:
+      - {from: "site/#", to: "v/", direction: in, qos: 1}
+`
+
+// A bridge route under the supervisor: once the session is served,
+// messages on the remote broker arrive on the local one under the mapped
+// topic.
+func TestBridgeRouteThroughSupervisor(t *testing.T) {
+	remote, err := embedbroker.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = remote.Close() })
+	h, sv := startRoutes(t, bridgeRoutes, remote.URL)
+	for deadline := time.Now().Add(10 * time.Second); !sv.Status()[0].ServiceLevelFull; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("bridge session not serving: %+v", sv.Status())
+		}
+	}
+	msg, _ := json.Marshal(mqtt.ValueMessage{Timestamp: 1, Value: 42.0, Quality: "good", Epoch: 9})
+	if err := remote.Server.Publish("site/line1/temp", msg, false, 1); err != nil {
+		t.Fatal(err)
+	}
+	got := h.value(t, "v/line1/temp", func(v mqtt.ValueMessage) bool { return v.Value == 42.0 })
+	if got.Epoch != 9 {
+		t.Errorf("bridged payload changed: %+v", got)
+	}
+}

@@ -306,7 +306,9 @@ type TopicMap struct {
 	// From is a filter on the source broker; To is the target prefix or
 	// topic. Direction is in (remote -> local, default) or out.
 	From string `yaml:"from"`
-	// To is the target prefix (ending in /) or topic; empty keeps the topic.
+	// To replaces the part of the topic before From's first wildcard
+	// (site/# with to v/ maps site/a/b to v/a/b); for a From without
+	// wildcards it is the target topic; empty keeps the topic.
 	To string `yaml:"to"`
 	// Direction is in (remote to local) or out (local to remote).
 	Direction string `yaml:"direction"`
