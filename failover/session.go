@@ -3,6 +3,7 @@ package failover
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -211,7 +212,7 @@ func (s *session) serve(ev lease.Event, stop <-chan struct{}) {
 		var once sync.Once
 		onGood := func() { once.Do(func() { t.markPublished(route.Name) }) }
 		for _, g := range s.sup.o.Config.Devices[r.Device].Groups {
-			if len(r.Groups) > 0 && !contains(r.Groups, g.Name) {
+			if len(r.Groups) > 0 && !slices.Contains(r.Groups, g.Name) {
 				continue
 			}
 			p := &poller{t: t, route: r, group: g, dev: dev, local: t.brokers[r.Broker],
@@ -293,13 +294,4 @@ loop:
 	t.close()
 	wg.Wait()
 	log.Info("term closed", "graceful", graceful)
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -97,7 +98,7 @@ func (s *session) build(epoch uint64, owner string) (*term, error) {
 		if err != nil {
 			return nil, fmt.Errorf("session %s: broker %s: %w", s.name, name, err)
 		}
-		if !containsOpened(t.order, c) {
+		if !slices.ContainsFunc(t.order, func(o opened) bool { return o.t == c }) {
 			t.order = append(t.order, opened{t: c, isMQTT: true})
 		}
 	}
@@ -139,15 +140,6 @@ func (s *session) cleanSession(broker string) bool {
 		}
 	}
 	return writes
-}
-
-func containsOpened(list []opened, t transports.Transport) bool {
-	for _, o := range list {
-		if o.t == t {
-			return true
-		}
-	}
-	return false
 }
 
 // openBounded opens tr under ctx and gives up at its activation bound even

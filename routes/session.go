@@ -198,8 +198,11 @@ func (c *Config) divergences(session string, views []routeInputs) []string {
 }
 
 // Admit evaluates every session of the configuration. It opens nothing.
-func (c *Config) Admit() []admission.Report {
-	sessions := c.Sessions()
+func (c *Config) Admit() []admission.Report { return AdmitSessions(c.Sessions()) }
+
+// AdmitSessions evaluates sessions already reduced by Config.Sessions, in
+// their order, for callers that need both.
+func AdmitSessions(sessions []Session) []admission.Report {
 	out := make([]admission.Report, 0, len(sessions))
 	for _, s := range sessions {
 		var r admission.Report

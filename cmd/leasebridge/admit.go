@@ -41,7 +41,7 @@ func admit(args []string, stdout, stderr io.Writer) int {
 		return exitInvalid
 	}
 	sessions := cfg.Sessions()
-	reports := cfg.Admit()
+	reports := routes.AdmitSessions(sessions)
 	doc := report.FromReports(cfg, sessions, reports)
 	if *asJSON {
 		if err := report.WriteJSON(stdout, doc); err != nil {

@@ -181,8 +181,9 @@ func admitExample() (string, error) {
 		return "", err
 	}
 	cfg.File = strings.TrimPrefix(exampleConfig, "../../")
+	sessions := cfg.Sessions()
 	var b bytes.Buffer
-	if err := report.WriteJSON(&b, report.FromReports(cfg, cfg.Sessions(), cfg.Admit())); err != nil {
+	if err := report.WriteJSON(&b, report.FromReports(cfg, sessions, routes.AdmitSessions(sessions))); err != nil {
 		return "", err
 	}
 	return b.String(), nil
