@@ -27,42 +27,14 @@ type session struct {
 	mgr       *lease.Manager
 	log       *slog.Logger
 
-	events eventQueue
-	state  atomic.Value // string, one of States
-	owned  atomic.Bool
-	full   atomic.Bool
+	state atomic.Value // string, one of States
+	owned atomic.Bool
+	full  atomic.Bool
 
 	mu       sync.Mutex
 	stopTerm chan struct{} // closed to end the current term gracefully
 	termDone chan struct{} // closed when the current term has closed
 	lastFull time.Duration // last FailureToFullDuration, for tests and logs
-}
-
-// eventQueue hands lease events from the manager's goroutine to the
-// session loop without ever blocking the manager (a blocked handler would
-// delay renewals).
-type eventQueue struct {
-	mu     sync.Mutex
-	items  []lease.Event
-	signal chan struct{}
-}
-
-func (q *eventQueue) push(ev lease.Event) {
-	q.mu.Lock()
-	q.items = append(q.items, ev)
-	q.mu.Unlock()
-	select {
-	case q.signal <- struct{}{}:
-	default:
-	}
-}
-
-func (q *eventQueue) drain() []lease.Event {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	out := q.items
-	q.items = nil
-	return out
 }
 
 func (s *session) setState(st string) {
@@ -78,48 +50,36 @@ func (s *session) State() string {
 	return "standby"
 }
 
-// run handles lease events until the manager stops.
-func (s *session) run(ctx context.Context, managerDone <-chan struct{}) {
-	for {
-		select {
-		case <-managerDone:
-			for _, ev := range s.events.drain() {
-				s.handle(ctx, ev)
-			}
-			s.mu.Lock()
-			done := s.termDone
-			s.mu.Unlock()
-			if done != nil {
-				<-done
-			}
-			s.setState("stopped")
-			return
-		case <-s.events.signal:
-			for _, ev := range s.events.drain() {
-				s.handle(ctx, ev)
-			}
-		}
+// stopped waits for the current term's close once the manager has
+// stopped (it delivers no event after Run returns).
+func (s *session) stopped() {
+	s.mu.Lock()
+	done := s.termDone
+	s.mu.Unlock()
+	if done != nil {
+		<-done
 	}
+	s.setState("stopped")
 }
 
-func (s *session) handle(ctx context.Context, ev lease.Event) {
+// handle runs on the manager's goroutine (lease.Options.OnEvent), so it
+// never blocks: a blocked handler would delay renewals. A new term starts
+// in its own goroutine, which first waits for the previous term's close:
+// the device must not see the old connection and the new one at once.
+func (s *session) handle(ev lease.Event) {
 	switch ev.Kind {
 	case lease.EventBecameOwner:
-		// A new term never overlaps the previous one's close: the device
-		// must not see the old connection and the new one at once.
-		s.mu.Lock()
-		prev := s.termDone
-		s.mu.Unlock()
-		if prev != nil {
-			<-prev
-		}
-		s.owned.Store(true)
 		stop, done := make(chan struct{}), make(chan struct{})
 		s.mu.Lock()
+		prev := s.termDone
 		s.stopTerm, s.termDone = stop, done
 		s.mu.Unlock()
 		go func() {
 			defer close(done)
+			if prev != nil {
+				<-prev
+			}
+			s.owned.Store(true)
 			s.serve(ev, stop)
 		}()
 	case lease.EventLost, lease.EventFenced:
@@ -220,8 +180,7 @@ func (s *session) serve(ev lease.Event, stop <-chan struct{}) {
 			for _, tag := range g.Tags {
 				p.band[tag.Name] = tag.Deadband
 			}
-			wg.Add(1)
-			go func() { defer wg.Done(); p.run(wctx, valid) }()
+			p.start(wctx, valid, &wg)
 		}
 	}
 	for _, w := range t.writers {

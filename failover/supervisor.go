@@ -74,13 +74,12 @@ func New(o Options) (*Supervisor, error) {
 		if bh := inputs[rep.Session].Inputs.BrokerHealth; bh.Mode == admission.BrokerHealthOn {
 			s.threshold = bh.Threshold
 		}
-		s.events.signal = make(chan struct{}, 1)
 		mgr, err := lease.NewManager(lease.Options{
 			Store:    o.Store,
 			Key:      rep.Session,
 			Identity: o.Identity,
 			Config:   lease.ConfigFromReport(rep),
-			OnEvent:  s.events.push,
+			OnEvent:  s.handle,
 			OnRenewFailure: func(err error) {
 				o.Metrics.RenewFailures.WithLabelValues(rep.Session).Inc()
 				s.log.Warn("renew failed", "err", err)
@@ -134,16 +133,16 @@ func (sv *Supervisor) Run(ctx context.Context) error {
 	defer mcancel()
 	var wg sync.WaitGroup
 	for _, s := range sv.sessions {
-		done := make(chan struct{})
-		wg.Add(2)
+		// One goroutine per session while it stands by: the manager's;
+		// lease events are handled on it (session.handle).
+		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer close(done)
 			if err := s.mgr.Run(mctx); err != nil && !errors.Is(err, context.Canceled) {
 				s.log.Error("lease manager stopped", "err", err)
 			}
+			s.stopped()
 		}()
-		go func() { defer wg.Done(); s.run(mctx, done) }()
 	}
 	var result error
 	select {

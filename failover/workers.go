@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/leasebridge/leasebridge/routes"
@@ -62,23 +63,50 @@ func (p *poller) report(op string, err error, attrs ...any) {
 	}
 }
 
-// run polls at the group's interval until ctx ends. Before every device
-// request it checks that the term may still do I/O: a process that was
-// frozen or suspended past its fence deadline must not send.
-func (p *poller) run(ctx context.Context, valid func() bool) {
-	tick := time.NewTicker(p.group.Interval.D())
-	defer tick.Stop()
-	for {
-		if !valid() {
+// start polls at once and then at the group's interval until ctx ends;
+// wg counts the poller until its last poll has returned. Before every
+// device request it checks that the term may still do I/O: a process that
+// was frozen or suspended past its fence deadline must not send. Between
+// polls no goroutine waits: a timer starts the next poll, so an idle
+// session keeps no poller stack (a process holds thousands).
+func (p *poller) start(ctx context.Context, valid func() bool, wg *sync.WaitGroup) {
+	interval := p.group.Interval.D()
+	var (
+		mu      sync.Mutex
+		timer   *time.Timer
+		stopped bool
+		tick    func()
+	)
+	tick = func() {
+		if ctx.Err() != nil || !valid() {
+			wg.Done()
 			return
 		}
+		begun := time.Now()
 		p.once(ctx)
-		select {
-		case <-ctx.Done():
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped || ctx.Err() != nil {
+			wg.Done()
 			return
-		case <-tick.C:
 		}
+		// As a ticker would: an overrun starts the next poll at once.
+		timer = time.AfterFunc(max(0, interval-time.Since(begun)), tick)
 	}
+	wg.Add(1)
+	mu.Lock()
+	timer = time.AfterFunc(0, tick)
+	mu.Unlock()
+	context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		// A stopped timer never runs tick, which would count the poller
+		// done; a timer that fired already has tick see ctx end.
+		if timer.Stop() {
+			wg.Done()
+		}
+	})
 }
 
 func (p *poller) once(ctx context.Context) {

@@ -164,7 +164,7 @@ func (m *Manager) apply(ctx context.Context, s Step, reply *chan error) {
 			o := newOwner(ctx, ev.Epoch, m.clock)
 			_, dl, _ := m.core.Owner()
 			o.deadline.Store(int64(dl))
-			go o.watch()
+			o.watch()
 			m.mu.Lock()
 			m.owner = o
 			m.mu.Unlock()
@@ -258,21 +258,17 @@ func (o *Owner) Valid() bool {
 }
 
 // watch cancels the context at the deadline, re-reading it as renewals
-// move it.
+// move it. It re-arms a timer at most watchSlice ahead (a deadline that
+// passed during a suspend is seen within a slice) instead of keeping a
+// goroutine per owner waiting: a process holds thousands of owners.
 func (o *Owner) watch() {
-	t := time.NewTimer(time.Hour)
-	defer t.Stop()
-	for {
-		left := o.Deadline() - o.clock()
-		if left <= 0 {
-			o.cancel(ErrFenced)
-			return
-		}
-		t.Reset(min(left, watchSlice))
-		select {
-		case <-o.ctx.Done():
-			return
-		case <-t.C:
-		}
+	if o.ctx.Err() != nil {
+		return
 	}
+	left := o.Deadline() - o.clock()
+	if left <= 0 {
+		o.cancel(ErrFenced)
+		return
+	}
+	time.AfterFunc(min(left, watchSlice), o.watch)
 }

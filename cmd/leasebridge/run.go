@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -63,6 +64,9 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		return exitRefused
 	}
 	failover.LogBudgets(log, reports)
+	if _, set := os.LookupEnv("GOGC"); !set {
+		debug.SetGCPercent(failover.GCPercent)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

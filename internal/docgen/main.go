@@ -135,7 +135,7 @@ func render() (map[string][]byte, error) {
 	ops, err := execute(operationsTmpl, map[string]any{
 		"StartupLog": startup,
 		"ExitOK":     report.ExitAdmitted, "ExitRefused": report.ExitRefused, "ExitInvalid": report.ExitInvalid,
-		"ExitStepDown": failover.ExitStepDown, "Metrics": metrics,
+		"ExitStepDown": failover.ExitStepDown, "Metrics": metrics, "GCPercent": failover.GCPercent,
 	})
 	if err != nil {
 		return nil, err
