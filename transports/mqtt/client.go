@@ -706,6 +706,12 @@ func (c *Client) Publish(ctx context.Context, topic string, qos byte, retain boo
 	c.mu.Lock()
 	pc, gone := c.pc, c.gone
 	c.mu.Unlock()
+	return c.publish(ctx, pc, gone, topic, qos, retain, payload)
+}
+
+// publish publishes on pc, the connection current when the caller looked,
+// and waits for the token; gone closes when pc is lost.
+func (c *Client) publish(ctx context.Context, pc paho.Client, gone chan struct{}, topic string, qos byte, retain bool, payload []byte) error {
 	if pc == nil || gone == nil || !pc.IsConnectionOpen() {
 		return fmt.Errorf("%w: broker %s: publish %s", ErrNotConnected, c.s.url, topic)
 	}
@@ -728,11 +734,15 @@ func (c *Client) Publish(ctx context.Context, topic string, qos byte, retain boo
 // PublishValue encodes v as a ValueMessage with the session's epoch and
 // publishes it.
 func (c *Client) PublishValue(ctx context.Context, topic string, qos byte, retain bool, v transports.Value) error {
-	b, err := EncodeValue(v, c.Identity().Epoch)
+	// One lock for the epoch and the connection: this runs for every value.
+	c.mu.Lock()
+	epoch, pc, gone := c.id.Epoch, c.pc, c.gone
+	c.mu.Unlock()
+	b, err := EncodeValue(v, epoch)
 	if err != nil {
 		return err
 	}
-	return c.Publish(ctx, topic, qos, retain, b)
+	return c.publish(ctx, pc, gone, topic, qos, retain, b)
 }
 
 // PublishStatus publishes the retained status with state and whether the
