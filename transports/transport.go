@@ -129,6 +129,11 @@ func Kinds() []string {
 
 type guardKey struct{}
 
+// guard is the check WithGuard attaches; contexts derived from one
+// another share the same *guard, so GuardRequest can tell that the
+// request's and the owner's guard are one check.
+type guard struct{ check func() error }
+
 // ErrGuard reports a request that was not sent because the context's guard
 // refused it.
 var ErrGuard = errors.New("transports: request refused by the owner guard")
@@ -141,30 +146,43 @@ var ErrGuard = errors.New("transports: request refused by the owner guard")
 // sends nothing after it resumes, even before the owner context has been
 // cancelled. The value survives derived contexts (timeouts, cancels).
 func WithGuard(ctx context.Context, check func() error) context.Context {
-	return context.WithValue(ctx, guardKey{}, check)
+	return context.WithValue(ctx, guardKey{}, &guard{check: check})
 }
 
-// Guard runs the guard ctx carries; nil without one.
-func Guard(ctx context.Context) error {
-	if check, ok := ctx.Value(guardKey{}).(func() error); ok {
-		if err := check(); err != nil {
-			return fmt.Errorf("%w: %w", ErrGuard, err)
-		}
+func guardOf(ctx context.Context) *guard {
+	g, _ := ctx.Value(guardKey{}).(*guard)
+	return g
+}
+
+func (g *guard) run() error {
+	if g == nil || g.check == nil {
+		return nil
+	}
+	if err := g.check(); err != nil {
+		return fmt.Errorf("%w: %w", ErrGuard, err)
 	}
 	return nil
 }
+
+// Guard runs the guard ctx carries; nil without one.
+func Guard(ctx context.Context) error { return guardOf(ctx).run() }
 
 // GuardRequest is the check a device transport runs right before each
 // request goes on the wire: the guard of the request's context, then that
 // of owner, the owner context the transport was opened with (nil before
 // Open), so a process frozen past its fence deadline sends nothing when it
-// resumes, whichever of the two carries the guard.
+// resumes, whichever of the two carries the guard. When the request's
+// context derives from the owner context (a poller's does) both carry the
+// same guard, and it runs once.
 func GuardRequest(ctx, owner context.Context) error {
-	if err := Guard(ctx); err != nil {
+	g := guardOf(ctx)
+	if err := g.run(); err != nil {
 		return err
 	}
 	if owner != nil {
-		return Guard(owner)
+		if og := guardOf(owner); og != g {
+			return og.run()
+		}
 	}
 	return nil
 }

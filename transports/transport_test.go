@@ -87,3 +87,19 @@ func TestGuardRequestChecksBothContexts(t *testing.T) {
 		}
 	}
 }
+
+func TestGuardRequestRunsASharedGuardOnce(t *testing.T) {
+	var calls int
+	owner := transports.WithGuard(context.Background(), func() error { calls++; return nil })
+	req, cancel := context.WithCancel(owner)
+	defer cancel()
+	if err := transports.GuardRequest(req, owner); err != nil || calls != 1 {
+		t.Fatalf("request derived from the owner: %v, guard ran %d times, want once", err, calls)
+	}
+	// A guard of the request's own still leaves the owner's to run.
+	var own int
+	req2 := transports.WithGuard(req, func() error { own++; return nil })
+	if err := transports.GuardRequest(req2, owner); err != nil || own != 1 || calls != 2 {
+		t.Fatalf("two guards: %v, ran %d and %d times, want once each", err, own, calls-1)
+	}
+}

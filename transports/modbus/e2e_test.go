@@ -474,16 +474,7 @@ func TestOwnerContextCancel(t *testing.T) {
 		Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Name: "x", Address: "1"}}}}})
 	r.open(t)
 	r.poll(t, "g")
-	hang := make(chan struct{})
-	defer close(hang)
-	p.mu.Lock()
-	p.hang = hang
-	p.mu.Unlock()
-	done := make(chan error, 1)
-	go func() {
-		_, err := r.tr.Poll(context.Background(), "g")
-		done <- err
-	}()
+	done := r.stuckPoll(t, p, context.Background(), "g")
 	if err := r.proxy.WaitFor(context.Background(), func(s faultproxy.Stats) bool { return len(s.Conns) == 1 && s.Conns[0].Requests >= 2 }); err != nil {
 		t.Fatal(err)
 	}
@@ -568,4 +559,57 @@ func TestGuard(t *testing.T) {
 	if got := r.proxy.Stats().Conns[0].Requests; got != sent {
 		t.Errorf("%d requests reached the device past the fence", got-sent)
 	}
+}
+
+// TestRequestContext: ending the context of a poll interrupts its request
+// in flight (the connection is dropped, a late reply cannot pair with the
+// next request); a context that ended already sends nothing; and a context
+// that ends between polls leaves the connection and later polls under
+// another context alone.
+func TestRequestContext(t *testing.T) {
+	p := newPLC()
+	r := newRig(t, p, &routes.Device{Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Name: "x", Address: "1"}}}}})
+	r.open(t)
+
+	// Polls under one context, which then ends between polls.
+	first, cancelFirst := context.WithCancel(context.Background())
+	for range 3 {
+		if _, err := r.tr.Poll(first, "g"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cancelFirst()
+	sent := r.proxy.Stats().Conns[0].Requests
+	if vals, err := r.tr.Poll(first, "g"); !errors.Is(err, context.Canceled) || vals[0].Quality != transports.Bad {
+		t.Fatalf("poll under an ended context: %+v %v, want context.Canceled", vals, err)
+	}
+	if got := r.proxy.Stats().Conns[0].Requests; got != sent {
+		t.Fatalf("%d requests sent under an ended context", got-sent)
+	}
+	second, cancelSecond := context.WithCancel(context.Background())
+	defer cancelSecond()
+	if _, err := r.tr.Poll(second, "g"); err != nil {
+		t.Fatalf("poll under a new context: %v", err)
+	}
+	if st := r.proxy.Stats(); st.Accepted != 1 || st.Current != 1 {
+		t.Fatalf("an ended context closed the connection: %+v", st)
+	}
+
+	// A request in flight when its context ends.
+	done := r.stuckPoll(t, p, second, "g")
+	if err := r.proxy.WaitFor(context.Background(), func(s faultproxy.Stats) bool { return s.Conns[0].Requests > sent+1 }); err != nil {
+		t.Fatal(err)
+	}
+	cancelSecond()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("interrupted poll: %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the request in flight was not interrupted when its context ended")
+	}
+	r.waitNoConn(t)
+	p.do(func() { p.hang = nil })
+	r.poll(t, "g")
 }

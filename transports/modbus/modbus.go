@@ -142,6 +142,7 @@ type Transport struct {
 	life    context.Context
 	endLife context.CancelFunc
 	state   transports.State
+	watch   *watch // the context of the latest request, see watchFor
 
 	// dial opens a connection; tests replace it to reach an in-memory
 	// serial line.
@@ -302,7 +303,7 @@ func (t *Transport) Open(ctx context.Context) error {
 	defer cancel()
 	t.io.Lock()
 	defer t.io.Unlock()
-	if _, _, err := t.connected(actx); err != nil {
+	if _, _, _, err := t.connected(actx); err != nil {
 		return err
 	}
 	if t.first == nil {
@@ -319,12 +320,100 @@ func (t *Transport) shut(reason error) {
 	t.mu.Lock()
 	t.closed = true
 	t.endLife()
-	l := t.link
-	t.link, t.client = nil, nil
+	l, w := t.link, t.watch
+	t.link, t.client, t.watch = nil, nil, nil
 	t.setStateLocked(false, reason)
 	t.mu.Unlock()
 	if l != nil {
 		_ = l.close()
+	}
+	w.stopWatching()
+}
+
+// watch closes the link of the request in flight when the context the
+// requests run under ends. It stays registered on that context from one
+// request to the next (a poller polls under one context for as long as it
+// runs): an AfterFunc registered per request cost more than the rest of
+// the request's bookkeeping together.
+type watch struct {
+	done <-chan struct{} // the context's Done, which identifies it
+	ctx  context.Context
+	stop func() bool
+
+	mu   sync.Mutex
+	busy link // the link of the request in flight, nil between requests
+}
+
+// watchFor returns the watch of ctx, replacing that of an earlier
+// context; nil when ctx never ends. The caller holds t.io.
+func (t *Transport) watchFor(ctx context.Context) *watch {
+	done := ctx.Done()
+	if done == nil {
+		return nil
+	}
+	t.mu.Lock()
+	old := t.watch
+	if old != nil && old.done == done {
+		t.mu.Unlock()
+		return old
+	}
+	t.mu.Unlock()
+	w := &watch{done: done, ctx: ctx}
+	w.stop = context.AfterFunc(ctx, w.interrupt)
+	t.mu.Lock()
+	if t.closed {
+		// Close ran meanwhile: keep nothing registered behind it.
+		t.mu.Unlock()
+		w.stopWatching()
+		return w
+	}
+	t.watch = w
+	t.mu.Unlock()
+	old.stopWatching()
+	return w
+}
+
+// begin marks a request on l in flight; false means the context has
+// ended and the request must not be sent.
+func (w *watch) begin(l link) bool {
+	if w == nil {
+		return true
+	}
+	w.mu.Lock()
+	w.busy = l
+	w.mu.Unlock()
+	// Err is set before the AfterFunc runs: either the context ended
+	// before busy was set and this sees it, or interrupt sees busy.
+	if w.ctx.Err() != nil {
+		w.end()
+		return false
+	}
+	return true
+}
+
+// end marks the request finished.
+func (w *watch) end() {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	w.busy = nil
+	w.mu.Unlock()
+}
+
+// interrupt runs when the context ends.
+func (w *watch) interrupt() {
+	w.mu.Lock()
+	l := w.busy
+	w.mu.Unlock()
+	if l != nil {
+		_ = l.close()
+	}
+}
+
+func (w *watch) stopWatching() {
+	if w != nil {
+		w.stop()
 	}
 }
 
@@ -341,22 +430,23 @@ func (t *Transport) Close(ctx context.Context) error {
 	return nil
 }
 
-// connected returns the live connection, dialling one under ctx and the
-// owner context if there is none. The caller holds t.io.
-func (t *Transport) connected(ctx context.Context) (link, modbus.Client, error) {
+// connected returns the live connection and the owner context, dialling
+// a connection under ctx and the owner context if there is none. The
+// caller holds t.io.
+func (t *Transport) connected(ctx context.Context) (link, modbus.Client, context.Context, error) {
 	t.mu.Lock()
 	owner, closed, l, c := t.owner, t.closed, t.link, t.client
 	t.mu.Unlock()
 	switch {
 	case closed:
-		return nil, nil, fmt.Errorf("%w: device %q", ErrClosed, t.name)
+		return nil, nil, nil, fmt.Errorf("%w: device %q", ErrClosed, t.name)
 	case owner == nil:
-		return nil, nil, fmt.Errorf("%w: device %q", ErrNotOpen, t.name)
+		return nil, nil, nil, fmt.Errorf("%w: device %q", ErrNotOpen, t.name)
 	case l != nil:
-		return l, c, nil
+		return l, c, owner, nil
 	}
 	if err := transports.GuardRequest(ctx, owner); err != nil {
-		return nil, nil, fmt.Errorf("device %q: connect: %w", t.name, err)
+		return nil, nil, nil, fmt.Errorf("device %q: connect: %w", t.name, err)
 	}
 	dctx, cancel := context.WithTimeout(ctx, t.connectTimeout)
 	defer cancel()
@@ -371,7 +461,7 @@ func (t *Transport) connected(ctx context.Context) (link, modbus.Client, error) 
 		}
 		err = fmt.Errorf("%w: device %q at %s: %w", ErrConnect, t.name, t.address, err)
 		t.setState(false, err)
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	var pk modbus.Packager
 	if t.kind == routes.KindModbusRTU {
@@ -389,11 +479,11 @@ func (t *Transport) connected(ctx context.Context) (link, modbus.Client, error) 
 		// The owner context ended while dialling.
 		t.mu.Unlock()
 		_ = l.close()
-		return nil, nil, fmt.Errorf("%w: device %q", ErrClosed, t.name)
+		return nil, nil, nil, fmt.Errorf("%w: device %q", ErrClosed, t.name)
 	}
 	t.link, t.client = l, c
 	t.mu.Unlock()
-	return l, c, nil
+	return l, c, owner, nil
 }
 
 func (t *Transport) dialTCP(ctx context.Context) (link, error) {
@@ -436,17 +526,30 @@ func (t *Transport) dialRTU(ctx context.Context) (link, error) {
 	return &rtuLink{port: port, frameDelay: rtuFrameDelay(cfg.BaudRate)}, nil
 }
 
+// op names a request in errors; it is formatted only when one is made.
+type op struct {
+	verb  string // "read" or "write"
+	table table
+	start uint16
+	count int // registers or bits; 0 for a single-register or coil write
+}
+
+// String reads e.g. "read holding 0+8" or "write coil 3".
+func (o op) String() string {
+	if o.count == 0 {
+		return fmt.Sprintf("%s %s %d", o.verb, o.table, o.start)
+	}
+	return fmt.Sprintf("%s %s %d+%d", o.verb, o.table, o.start, o.count)
+}
+
 // exchange runs one request on the connection, bounded by request_timeout
 // and ctx. Any failure but an exception reply closes the connection so the
 // next request starts on a fresh one. The caller holds t.io.
-func (t *Transport) exchange(ctx context.Context, what string, fn func(modbus.Client) ([]byte, error)) ([]byte, error) {
-	l, c, err := t.connected(ctx)
+func (t *Transport) exchange(ctx context.Context, what op, fn func(modbus.Client) ([]byte, error)) ([]byte, error) {
+	l, c, owner, err := t.connected(ctx)
 	if err != nil {
 		return nil, err
 	}
-	t.mu.Lock()
-	owner := t.owner
-	t.mu.Unlock()
 	if err := transports.GuardRequest(ctx, owner); err != nil {
 		// Nothing went on the wire; the connection is as good as before.
 		return nil, fmt.Errorf("device %q: %s: %w", t.name, what, err)
@@ -456,9 +559,14 @@ func (t *Transport) exchange(ctx context.Context, what string, fn func(modbus.Cl
 		deadline = d
 	}
 	l.setDeadline(deadline)
-	stop := context.AfterFunc(ctx, func() { _ = l.close() })
+	// Ending ctx interrupts the request: its watch closes l.
+	w := t.watchFor(ctx)
+	if !w.begin(l) {
+		// ctx ended already: nothing goes on the wire.
+		return nil, fmt.Errorf("device %q: %s: %w", t.name, what, context.Cause(ctx))
+	}
 	res, err := fn(c)
-	stop()
+	w.end()
 	if err == nil {
 		t.setState(true, nil)
 		return res, nil
@@ -501,7 +609,7 @@ func (t *Transport) drop(l link) {
 // read reads count registers or bits of a table; bits come back one byte
 // per bit (0 or 1), registers as wire bytes.
 func (t *Transport) read(ctx context.Context, tb table, start uint16, count int) ([]byte, error) {
-	what := fmt.Sprintf("read %s %d+%d", tb, start, count)
+	what := op{verb: "read", table: tb, start: start, count: count}
 	n := uint16(count)
 	res, err := t.exchange(ctx, what, func(c modbus.Client) ([]byte, error) {
 		switch tb {
@@ -649,7 +757,7 @@ func (t *Transport) Write(ctx context.Context, name string, value any) error {
 		if b {
 			v = 0xFF00
 		}
-		_, err = t.exchange(ctx, fmt.Sprintf("write coil %d", tg.start), func(c modbus.Client) ([]byte, error) {
+		_, err = t.exchange(ctx, op{verb: "write", table: coil, start: tg.start}, func(c modbus.Client) ([]byte, error) {
 			return c.WriteSingleCoil(tg.start, v)
 		})
 		if err != nil {
@@ -671,7 +779,7 @@ func (t *Transport) Write(ctx context.Context, name string, value any) error {
 		} else {
 			v &^= 1 << uint(tg.bit)
 		}
-		_, err = t.exchange(ctx, fmt.Sprintf("write holding %d", tg.start), func(c modbus.Client) ([]byte, error) {
+		_, err = t.exchange(ctx, op{verb: "write", table: holding, start: tg.start}, func(c modbus.Client) ([]byte, error) {
 			return c.WriteSingleRegister(tg.start, v)
 		})
 		if err != nil {
@@ -683,7 +791,7 @@ func (t *Transport) Write(ctx context.Context, name string, value any) error {
 	if err != nil {
 		return wrap(err)
 	}
-	_, err = t.exchange(ctx, fmt.Sprintf("write holding %d+%d", tg.start, tg.count), func(c modbus.Client) ([]byte, error) {
+	_, err = t.exchange(ctx, op{verb: "write", table: holding, start: tg.start, count: tg.count}, func(c modbus.Client) ([]byte, error) {
 		if len(wire) == 2 {
 			return c.WriteSingleRegister(tg.start, uint16(wire[0])<<8|uint16(wire[1]))
 		}

@@ -124,6 +124,20 @@ func (p *plc) do(f func()) {
 	f()
 }
 
+// stuckPoll makes the device stop answering until the test ends and
+// starts a poll of group under ctx; the channel carries its error.
+func (r *rig) stuckPoll(t *testing.T, p *plc, ctx context.Context, group string) <-chan error {
+	hang := make(chan struct{})
+	t.Cleanup(func() { close(hang) })
+	p.do(func() { p.hang = hang })
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.tr.Poll(ctx, group)
+		done <- err
+	}()
+	return done
+}
+
 func (p *plc) readCount() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
