@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,12 @@ import (
 
 // admit runs admission on a configuration file and opens nothing else.
 func admit(args []string, stdout, stderr io.Writer) int {
+	// The report is thousands of small writes for a large file: one
+	// system call each would cost more than admission itself.
+	out, errOut := bufio.NewWriter(stdout), bufio.NewWriter(stderr)
+	defer out.Flush()
+	defer errOut.Flush()
+	stdout, stderr = out, errOut
 	fl := newFlags("admit", stderr)
 	file := fl.String("c", "", "configuration file")
 	asJSON := fl.Bool("json", false, "print the result as JSON (docs/admit-json.md)")

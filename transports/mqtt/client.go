@@ -118,7 +118,11 @@ type Client struct {
 	life      context.Context // one ownership, from Open to Close
 	stop      context.CancelCauseFunc
 	lost      chan error
-	wg        sync.WaitGroup // Open in progress and the supervisor
+	// armed: the ownership's connection is up and supervised, so a loss
+	// starts recover; recovering: recover runs.
+	armed, recovering bool
+	endOnce           *sync.Once     // the end of the current ownership, once
+	wg                sync.WaitGroup // recover while it runs
 }
 
 var _ transports.Transport = (*Client)(nil)
@@ -306,8 +310,7 @@ func (c *Client) Open(ctx context.Context) error {
 		if life.Err() != nil {
 			err = fmt.Errorf("%w: broker %s: owner context ended during activation", ErrClosed, c.s.url)
 		} else {
-			c.wg.Add(1)
-			go c.supervise(life, pc)
+			c.armLocked(life, pc)
 		}
 		c.mu.Unlock()
 	}
@@ -445,7 +448,7 @@ func (c *Client) connect(ctx context.Context) (paho.Client, error) {
 	// as such instead of as a bare read timeout.
 	o.SetConnectTimeout(2 * c.s.connect)
 	o.SetWriteTimeout(c.s.connect)
-	// Reconnects are ours (supervise), so every attempt is counted and
+	// Reconnects are ours (recover), so every attempt is counted and
 	// bounded the same way.
 	o.SetAutoReconnect(false)
 	o.SetConnectRetry(false)
@@ -559,60 +562,116 @@ func (c *Client) connLost(pc paho.Client, err error) {
 	}
 	c.markGoneLocked()
 	c.setStateLocked(false, fmt.Errorf("%w: broker %s: connection lost: %w", ErrNotConnected, c.s.url, err), time.Now())
+	if c.armed && !c.recovering && c.life != nil && c.life.Err() == nil {
+		c.startRecoverLocked(c.life, pc)
+		return
+	}
+	// An activation or a recover in progress picks the loss up.
 	select {
 	case c.lost <- err:
 	default:
 	}
 }
 
-// supervise keeps the connection converged until the ownership ends:
-// after a loss it reconnects and reconciles with the activation's phase
-// bounds, backing off from min(250ms, grace) up to grace between attempts.
-func (c *Client) supervise(life context.Context, pc paho.Client) {
-	defer c.wg.Done()
-	defer func() {
-		// Close tears down in order itself; any other end of the
-		// ownership (the owner context) closes the sockets at once.
+// armLocked supervises pc, the connection Open established, until the
+// ownership ends. No goroutine waits while the connection is up (a process
+// holds thousands): paho's connection-lost callback starts recover, and
+// the end of life tears down.
+func (c *Client) armLocked(life context.Context, pc paho.Client) {
+	c.armed, c.recovering = true, false
+	once := &sync.Once{}
+	c.endOnce = once
+	context.AfterFunc(life, func() {
+		c.mu.Lock()
+		if c.recovering {
+			c.mu.Unlock()
+			return // recover sees the end itself
+		}
+		pc := c.pc
+		c.mu.Unlock()
+		c.ended(life, once, pc)
+	})
+	// Lost between the activation and now.
+	select {
+	case <-c.lost:
+		c.startRecoverLocked(life, pc)
+	default:
+	}
+}
+
+func (c *Client) startRecoverLocked(life context.Context, pc paho.Client) {
+	c.recovering = true
+	c.wg.Add(1)
+	go c.recover(life, c.endOnce, pc)
+}
+
+// ended handles the end of an ownership other than Close: Close tears down
+// in order itself; any other end closes the sockets at once.
+func (c *Client) ended(life context.Context, once *sync.Once, pc paho.Client) {
+	once.Do(func() {
 		if cause := context.Cause(life); !errors.Is(cause, errClosing) {
 			c.teardown(pc, false, 0)
 			c.setState(false, cause)
 		}
-	}()
+	})
+}
+
+// recover runs after pc was lost: it reconnects and reconciles with the
+// activation's phase bounds, backing off from min(250ms, grace) up to grace
+// between attempts, until converged again or the ownership ends.
+func (c *Client) recover(life context.Context, once *sync.Once, pc paho.Client) {
+	defer c.wg.Done()
 	for {
+		c.teardown(pc, false, 0)
+		pc = c.reconnect(life)
+		c.mu.Lock()
+		if life.Err() != nil {
+			c.recovering = false
+			c.mu.Unlock()
+			c.ended(life, once, pc)
+			return
+		}
+		select {
+		case <-c.lost: // the new connection is gone already
+			c.mu.Unlock()
+			continue
+		default:
+		}
+		c.recovering = false
+		c.mu.Unlock()
+		return
+	}
+}
+
+// reconnect attempts until one converges (returning its connection) or
+// life ends (returning the connection Close may still want for the released
+// status, or nil).
+func (c *Client) reconnect(life context.Context) paho.Client {
+	backoff := min(250*time.Millisecond, c.s.grace)
+	for {
+		t := time.NewTimer(backoff)
 		select {
 		case <-life.Done():
-			return
-		case <-c.lost:
+			t.Stop()
+			return nil
+		case <-t.C:
 		}
-		c.teardown(pc, false, 0)
-		backoff := min(250*time.Millisecond, c.s.grace)
-		for {
-			t := time.NewTimer(backoff)
-			select {
-			case <-life.Done():
-				t.Stop()
-				return
-			case <-t.C:
-			}
-			next, pending, err := c.attempt(life)
-			pc = next
-			if err == nil {
-				break
-			}
-			if pending != nil && c.grace(life, pending) == nil && c.confirm(next) {
-				break
-			}
-			if life.Err() != nil {
-				// Close (or the owner) ended the attempt: leave the
-				// connection to the deferred teardown or to Close, which
-				// still wants it for the released status.
-				return
-			}
-			c.teardown(next, false, 0)
-			pc = nil
-			c.setState(false, err)
-			backoff = min(2*backoff, max(c.s.grace, 250*time.Millisecond))
+		next, pending, err := c.attempt(life)
+		if err == nil {
+			return next
 		}
+		if pending != nil && c.grace(life, pending) == nil && c.confirm(next) {
+			return next
+		}
+		if life.Err() != nil {
+			// Close (or the owner) ended the attempt: leave the
+			// connection to ended or to Close, which still wants it for
+			// the released status.
+			return next
+		}
+		c.teardown(next, false, 0)
+		c.setState(false, err)
+		backoff = min(2*backoff, max(c.s.grace, 250*time.Millisecond))
 	}
 }
 
@@ -664,7 +723,7 @@ func (c *Client) Close(ctx context.Context) error {
 	if stop == nil {
 		return nil
 	}
-	// Ends an activation in progress or the supervisor first, so no new
+	// Ends an activation in progress or a recover first, so no new
 	// connection is made while closing.
 	stop(errClosing)
 	c.opMu.Lock()
@@ -675,6 +734,7 @@ func (c *Client) Close(ctx context.Context) error {
 		return nil
 	}
 	c.life, c.stop = nil, nil
+	c.armed = false
 	pc := c.pc
 	c.mu.Unlock()
 
