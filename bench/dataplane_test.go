@@ -140,10 +140,12 @@ func rawLoop(b *testing.B, p *dataPeers, qos byte) {
 }
 
 // leasebridgeLoop is leasebridge's data plane as failover's poller runs
-// it: the Modbus transport polls the group under an owner guard (the fence
-// check before every request) and the MQTT transport publishes each value
-// with the epoch, on the tag's topic filled once from the route's template
-// (failover/workers.go, poller.topic).
+// it: the transports are opened under the owner context with its guard,
+// the Modbus transport polls the group under the workers' context derived
+// from it (the fence check before every request) and the MQTT transport
+// publishes each value with the epoch, on the tag's topic filled once from
+// the route's template (failover/session.go and workers.go,
+// poller.topic).
 func leasebridgeLoop(b *testing.B, p *dataPeers, qos byte) { lbLoop(b, p, qos) }
 
 func lbLoop(b *testing.B, p *dataPeers, qos byte) {
@@ -173,6 +175,8 @@ func lbLoop(b *testing.B, p *dataPeers, qos byte) {
 		b.Fatal(err)
 	}
 	defer cl.Close(context.Background())
+	wctx, wcancel := context.WithCancel(gctx)
+	defer wcancel()
 	route := p.cfg.Routes[0]
 	topicFor := func(tag string) string {
 		return strings.NewReplacer("{session}", route.Session, "{device}", route.Device, "{group}", "g", "{tag}", tag).Replace(route.Topic)
@@ -181,7 +185,7 @@ func lbLoop(b *testing.B, p *dataPeers, qos byte) {
 	b.ResetTimer()
 	p.loopReads = p.regs.reads.Load()
 	for range b.N {
-		vals, err := dev.Poll(gctx, "g")
+		vals, err := dev.Poll(wctx, "g")
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -194,7 +198,7 @@ func lbLoop(b *testing.B, p *dataPeers, qos byte) {
 				topic = topicFor(v.Tag)
 				cached[v.Tag] = topic
 			}
-			if err := cl.PublishValue(gctx, topic, qos, false, v); err != nil {
+			if err := cl.PublishValue(wctx, topic, qos, false, v); err != nil {
 				b.Fatal(err)
 			}
 		}
