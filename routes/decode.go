@@ -70,7 +70,9 @@ func Load(path string) (*Config, error) {
 // path. Every problem is reported, not only the first. Defaults are applied
 // and the result is validated.
 func Parse(file string, data []byte) (*Config, error) {
-	d := &decoder{file: file, lines: map[string]pos{}}
+	// About one key path per 20 bytes of YAML: sized once, the map does
+	// not rehash while a large file is decoded.
+	d := &decoder{file: file, lines: make(map[string]pos, len(data)/20)}
 	cfg := &Config{File: file}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
@@ -147,13 +149,27 @@ func join(path, key string) string {
 	return path + "." + key
 }
 
+// decode decodes n into v and records n's position for path.
 func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
-	// A recursive alias cannot loop here: each step descends one level of
-	// the finite Config type, which ends in scalars.
+	n = resolveAlias(n)
+	d.lines[path] = pos{n.Line, n.Column}
+	d.value(n, v, path)
+}
+
+// resolveAlias follows aliases to their anchored node. A recursive alias
+// cannot loop in the decoder: each step descends one level of the finite
+// Config type, which ends in scalars.
+func resolveAlias(n *yaml.Node) *yaml.Node {
 	for n.Kind == yaml.AliasNode {
 		n = n.Alias
 	}
-	d.lines[path] = pos{n.Line, n.Column}
+	return n
+}
+
+// value decodes n into v without recording a position: a struct field
+// records its key's instead.
+func (d *decoder) value(n *yaml.Node, v reflect.Value, path string) {
+	n = resolveAlias(n)
 	if v.Kind() == reflect.Pointer {
 		if n.Tag == "!!null" {
 			return
@@ -293,13 +309,22 @@ var fieldCache sync.Map // reflect.Type -> map[string][]int
 
 // fields maps yaml keys to struct field indexes, following inline structs.
 // The result is shared; callers must not modify it.
-func fields(t reflect.Type) map[string][]int {
+// structFields is a struct type's decoding plan, built once per type.
+type structFields struct {
+	byKey map[string][]int // YAML key -> field index path
+	line  []int            // the int field Line, which records the mapping's line; nil if none
+}
+
+func fields(t reflect.Type) *structFields {
 	if m, ok := fieldCache.Load(t); ok {
-		return m.(map[string][]int)
+		return m.(*structFields)
 	}
-	m := buildFields(t)
-	fieldCache.Store(t, m)
-	return m
+	sf := &structFields{byKey: buildFields(t)}
+	if f, ok := t.FieldByName("Line"); ok && f.Type.Kind() == reflect.Int {
+		sf.line = f.Index
+	}
+	fieldCache.Store(t, sf)
+	return sf
 }
 
 func buildFields(t reflect.Type) map[string][]int {
@@ -330,27 +355,37 @@ func (d *decoder) structure(n *yaml.Node, v reflect.Value, path string) {
 		d.errorf(n, path, "want a mapping, got %s", kindName(n))
 		return
 	}
-	if f := v.FieldByName("Line"); f.IsValid() && f.Kind() == reflect.Int {
-		f.SetInt(int64(n.Line))
+	sf := fields(v.Type())
+	if sf.line != nil {
+		v.FieldByIndex(sf.line).SetInt(int64(n.Line))
 	}
-	known := fields(v.Type())
-	seen := map[string]int{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, val := n.Content[i], n.Content[i+1]
 		p := join(path, k.Value)
-		if first, dup := seen[k.Value]; dup {
-			d.errorf(k, p, "duplicate key (first at line %d)", first)
+		// A struct has a handful of keys: scanning the earlier ones is
+		// cheaper than a map per mapping.
+		if first := earlierKey(n.Content[:i], k.Value); first != nil {
+			d.errorf(k, p, "duplicate key (first at line %d)", first.Line)
 			continue
 		}
-		seen[k.Value] = k.Line
-		idx, ok := known[k.Value]
+		idx, ok := sf.byKey[k.Value]
 		if !ok {
-			d.errorf(k, p, "unknown key %q%s", k.Value, suggest(k.Value, known))
+			d.errorf(k, p, "unknown key %q%s", k.Value, suggest(k.Value, sf.byKey))
 			continue
 		}
-		d.decode(val, v.FieldByIndex(idx), p)
 		d.lines[p] = pos{k.Line, k.Column}
+		d.value(val, v.FieldByIndex(idx), p)
 	}
+}
+
+// earlierKey returns the key node among the key/value pairs kv named key.
+func earlierKey(kv []*yaml.Node, key string) *yaml.Node {
+	for j := 0; j+1 < len(kv); j += 2 {
+		if kv[j].Value == key {
+			return kv[j]
+		}
+	}
+	return nil
 }
 
 func (d *decoder) mapping(n *yaml.Node, v reflect.Value, path string) {
@@ -385,7 +420,7 @@ func (d *decoder) sequence(n *yaml.Node, v reflect.Value, path string) {
 	}
 	s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
 	for i, item := range n.Content {
-		d.decode(item, s.Index(i), fmt.Sprintf("%s[%d]", path, i))
+		d.decode(item, s.Index(i), path+"["+strconv.Itoa(i)+"]")
 	}
 	v.Set(s)
 }
