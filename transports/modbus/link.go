@@ -33,16 +33,28 @@ type link interface {
 type tcpLink struct {
 	conn     net.Conn
 	deadline time.Time
+	// buf receives a reply; exchanges on a link are serialized.
+	buf [maxTCPADU]byte
 }
 
 func (l *tcpLink) setDeadline(d time.Time) { l.deadline = d }
 
 func (l *tcpLink) close() error { return l.conn.Close() }
 
-// mbapHeader is the Modbus TCP header: transaction, protocol, length, unit.
-const mbapHeader = 7
+const (
+	// mbapHeader is the Modbus TCP header: transaction, protocol, length,
+	// unit.
+	mbapHeader = 7
+	// maxTCPADU is the longest Modbus TCP ADU: the header and a PDU of at
+	// most 253 bytes.
+	maxTCPADU = mbapHeader + 253
+)
 
-// Send writes one ADU and reads one reply, bounded by the deadline.
+// Send writes one ADU and reads one reply, bounded by the deadline. A
+// reply usually arrives in one segment, so it reads what has arrived (at
+// least the header) and then only what the header says is still missing.
+// Bytes beyond the reply are a malformed reply: only one request is in
+// flight, so nothing else may follow it.
 func (l *tcpLink) Send(adu []byte) ([]byte, error) {
 	if err := l.conn.SetDeadline(l.deadline); err != nil {
 		return nil, err
@@ -50,21 +62,26 @@ func (l *tcpLink) Send(adu []byte) ([]byte, error) {
 	if _, err := l.conn.Write(adu); err != nil {
 		return nil, err
 	}
-	var hdr [mbapHeader]byte
-	if _, err := io.ReadFull(l.conn, hdr[:]); err != nil {
+	got, err := io.ReadAtLeast(l.conn, l.buf[:], mbapHeader)
+	if err != nil {
 		return nil, err
 	}
 	// The length counts the unit id and the PDU; a PDU is at most 253 bytes.
-	n := int(binary.BigEndian.Uint16(hdr[4:]))
+	n := int(binary.BigEndian.Uint16(l.buf[4:]))
 	if n < 2 || n > 254 {
 		return nil, fmt.Errorf("%w: MBAP length %d outside 2..254", ErrFrame, n)
 	}
-	resp := make([]byte, mbapHeader-1+n)
-	copy(resp, hdr[:])
-	if _, err := io.ReadFull(l.conn, resp[mbapHeader:]); err != nil {
+	size := mbapHeader - 1 + n
+	if got > size {
+		return nil, fmt.Errorf("%w: %d bytes after a reply of %d", ErrFrame, got-size, size)
+	}
+	if _, err := io.ReadFull(l.conn, l.buf[got:size]); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF // the header came, the rest did not
+		}
 		return nil, err
 	}
-	return resp, nil
+	return append([]byte(nil), l.buf[:size]...), nil
 }
 
 // rtuLink is a Modbus RTU serial line. goburrow/serial's port is not safe
