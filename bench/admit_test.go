@@ -114,6 +114,18 @@ func TestLargeConfigAdmitted(t *testing.T) {
 // routes.Load plus Admit.
 func BenchmarkAdmitLarge(b *testing.B) {
 	bin := testbin.Leasebridge(b)
+	// The floor of any command: fork, exec and the package initialisation
+	// of the whole binary, timed as `leasebridge help`.
+	b.Run("start-only", func(b *testing.B) {
+		for range b.N {
+			if out, err := exec.Command(bin, "help").CombinedOutput(); err != nil {
+				b.Fatalf("leasebridge help: %v\n%s", err, out)
+			}
+		}
+		ns := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+		b.ReportMetric(ns/1e6, "ms/start")
+		record("admit/start-only", result{N: b.N, NsPerOp: ns})
+	})
 	for _, tags := range tagShapes {
 		path := writeLargeConfig(b, tags)
 		st, err := os.Stat(path)

@@ -165,6 +165,15 @@ func readyCount(httpAddr string) (int, error) {
 // idleWindow: RSS, CPU and the etcd requests per renew round. It runs once
 // whatever b.N is.
 func BenchmarkThousandSessions(b *testing.B) {
+	b.Run("default", func(b *testing.B) { thousandSessions(b, "", "sessions/1000") })
+	// The baseline: the same process at Go's default GOGC=100 rather than
+	// the failover.GCPercent that run sets.
+	b.Run("gogc=100", func(b *testing.B) { thousandSessions(b, "100", "sessions/1000-gogc100") })
+}
+
+// thousandSessions is one measurement; gogc, when not empty, is the
+// process's GOGC, and name is its record.
+func thousandSessions(b *testing.B, gogc, name string) {
 	etcd := testetcd.StartBinary(b, 1)
 	broker := testmqtt.StartMosquitto(b, testmqtt.MosquittoConfig{})
 	modbusAddr, _ := startModbus(b, 2*manySessions)
@@ -180,6 +189,16 @@ func BenchmarkThousandSessions(b *testing.B) {
 	defer logf.Close()
 	cmd := exec.Command(testbin.Leasebridge(b), "run", "-c", path)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	// Measure the process as it runs by default: without the caller's
+	// garbage-collector settings (run sets failover.GCPercent itself).
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GOGC=") && !strings.HasPrefix(kv, "GOMEMLIMIT=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	if gogc != "" {
+		cmd.Env = append(cmd.Env, "GOGC="+gogc)
+	}
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
@@ -265,5 +284,5 @@ func BenchmarkThousandSessions(b *testing.B) {
 	for _, k := range []string{"rss_MB", "peak_rss_MB", "cpu_idle_pct", "txn_per_round", "range_per_round"} {
 		b.ReportMetric(m[k], k)
 	}
-	record("sessions/1000", result{N: 1, Wall: el, Metrics: m})
+	record(name, result{N: 1, Wall: el, Metrics: m})
 }
