@@ -232,7 +232,6 @@ func benchMarkdown() string {
 			w("| CPU at idle of 1,000 `lease.Manager`s alone (in-memory store, `BenchmarkIdleLeaseManagers`) | %.2f %% (%.0f goroutines) | |\n",
 				lm["cpu_idle_pct"], lm["goroutines"])
 		}
-		w("\n")
 		if base, n := medianMetrics("sessions/1000-gogc100"); n > 0 {
 			w("| baseline in the same run: RSS at idle / peak with Go's default `GOGC=100` | %.1f MB / %.1f MB | |\n", base["rss_MB"], base["peak_rss_MB"])
 			w("| baseline: CPU at idle with `GOGC=100` | %.2f %% | |\n", base["cpu_idle_pct"])
