@@ -11,6 +11,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/leasebridge/leasebridge/failover"
 	"github.com/leasebridge/leasebridge/internal/testbin"
 	"github.com/leasebridge/leasebridge/routes"
 )
@@ -153,6 +154,9 @@ func BenchmarkAdmitLarge(b *testing.B) {
 				cfg, err := routes.Load(path)
 				if err != nil {
 					b.Fatal(err)
+				}
+				if errs := failover.Preflight(cfg, false); len(errs) > 0 {
+					b.Fatal(errs)
 				}
 				for _, r := range cfg.Admit() {
 					if !r.Admitted() {

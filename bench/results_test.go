@@ -172,7 +172,7 @@ func benchMarkdown() string {
 		w("%d poll groups published by %d routes (%d routes), with 1 or 4 tags per group, and times\n",
 			largeRoutesPerSesson, largeRoutesPerSesson, largeSessions*largeRoutesPerSesson)
 		w("`leasebridge admit -c FILE` as a whole process (fork, exec, decode, admit, print, exit), then\n")
-		w("`routes.Load` + `Admit` in process, and `yaml.v3` parsing the file alone, which `routes.Parse` does\n")
+		w("`routes.Load` + `failover.Preflight` + `Admit` in process, and `yaml.v3` parsing the file alone, which `routes.Parse` does\n")
 		w("first: the floor under the current decoder.\n\n")
 		w("| configuration | file | whole process (mean of b.N, median of reps) | worst single run | in process | yaml.v3 parse only | goal < 50 ms |\n")
 		w("|---|---|---|---|---|---|---|\n")

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"maps"
 	"slices"
+	"sort"
 	"sync"
 	"time"
 
@@ -88,7 +91,7 @@ func (s *session) build(epoch uint64, owner string) (*term, error) {
 		dev := cfg.Devices[name]
 		tr, err := transports.New(dev.Kind, dev.Kind+":"+name, dev)
 		if err != nil {
-			return nil, fmt.Errorf("session %s: device %s: %w", s.name, name, err)
+			return nil, &entryError{path: "devices." + name, what: fmt.Sprintf("session %s: device %s", s.name, name), err: err}
 		}
 		t.devices[name] = tr
 		t.order = append(t.order, opened{t: tr})
@@ -96,7 +99,7 @@ func (s *session) build(epoch uint64, owner string) (*term, error) {
 	for _, name := range append(remotes, locals...) {
 		c, err := broker(name)
 		if err != nil {
-			return nil, fmt.Errorf("session %s: broker %s: %w", s.name, name, err)
+			return nil, &entryError{path: "brokers." + name, what: fmt.Sprintf("session %s: broker %s", s.name, name), err: err}
 		}
 		if !slices.ContainsFunc(t.order, func(o opened) bool { return o.t == c }) {
 			t.order = append(t.order, opened{t: c, isMQTT: true})
@@ -110,17 +113,89 @@ func (s *session) build(epoch uint64, owner string) (*term, error) {
 			w := &writer{t: t, route: r, dev: t.devices[r.Device], local: t.brokers[r.Broker], queue: make(chan mqtt.Message, 64)}
 			t.writers = append(t.writers, w)
 			if err := t.brokers[r.Broker].Subscribe(mqtt.Subscription{Filter: r.RequestTopic, QoS: byte(r.QoS), Handler: w.enqueue}); err != nil {
-				return nil, fmt.Errorf("session %s: route %s: %w", s.name, r.Name, err)
+				return nil, s.routeError(r, err)
 			}
 		case routes.RouteBridge:
 			b, err := mqtt.NewBridge(r.Name, t.brokers[r.Remote], t.brokers[r.Broker], r.Topics)
 			if err != nil {
-				return nil, fmt.Errorf("session %s: route %s: %w", s.name, r.Name, err)
+				return nil, s.routeError(r, err)
 			}
 			t.bridges = append(t.bridges, b)
 		}
 	}
 	return t, nil
+}
+
+// entryError is a transport that could not be built from its
+// configuration entry; path is the entry's key path (devices.NAME,
+// brokers.NAME, routes[i]), so the error can point at its line.
+type entryError struct {
+	path, what string
+	err        error
+}
+
+func (e *entryError) Error() string { return e.what + ": " + e.err.Error() }
+func (e *entryError) Unwrap() error { return e.err }
+
+func (s *session) routeError(r *routes.Route, err error) error {
+	return &entryError{path: fmt.Sprintf("routes[%d]", slices.Index(s.sup.o.Config.Routes, r)),
+		what: fmt.Sprintf("session %s: route %s", s.name, r.Name), err: err}
+}
+
+// Preflight builds every session's transports as an ownership term will,
+// opening none of them, so that a device, broker or route setting only a
+// transport checks is refused with its file and line before anything runs
+// (by admit and by run), not at the first activation, where a term would
+// retry it while holding the lease. With needFiles false, a file a
+// transport reads as it is built (a CA, certificate, key or password file)
+// may be missing: admit runs in CI, away from the deployment's files, and
+// run checks them.
+func Preflight(cfg *routes.Config, needFiles bool) routes.Errors {
+	sv := &Supervisor{o: Options{Config: cfg}}
+	byName := map[string][]*routes.Route{}
+	var names []string
+	for _, r := range cfg.Routes {
+		if _, ok := byName[r.Session]; !ok {
+			names = append(names, r.Session)
+		}
+		byName[r.Session] = append(byName[r.Session], r)
+	}
+	var errs routes.Errors
+	seen := map[string]bool{}
+	// Every device on its own first, so that each bad one is reported and
+	// not only a session's first.
+	for _, name := range slices.Sorted(maps.Keys(cfg.Devices)) {
+		dev := cfg.Devices[name]
+		if _, err := transports.New(dev.Kind, dev.Kind+":"+name, dev); err != nil && (needFiles || !missingFile(err)) {
+			seen["devices."+name] = true
+			errs = append(errs, cfg.ErrorAt("devices."+name, err.Error()))
+		}
+	}
+	for _, name := range names {
+		s := &session{sup: sv, name: name, routes: byName[name]}
+		_, err := s.build(0, "")
+		if err == nil || (!needFiles && missingFile(err)) {
+			continue
+		}
+		var ee *entryError
+		if !errors.As(err, &ee) {
+			errs = append(errs, &routes.FieldError{File: cfg.File, Message: err.Error()})
+			continue
+		}
+		// A broker or route several sessions share fails once.
+		if !seen[ee.path] {
+			seen[ee.path] = true
+			errs = append(errs, cfg.ErrorAt(ee.path, ee.err.Error()))
+		}
+	}
+	sort.SliceStable(errs, func(i, j int) bool { return errs[i].Line < errs[j].Line })
+	return errs
+}
+
+// missingFile reports an error from reading a file.
+func missingFile(err error) bool {
+	var pe *fs.PathError
+	return errors.As(err, &pe)
 }
 
 // cleanSession decides whether the session's MQTT session on a broker is

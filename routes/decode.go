@@ -408,7 +408,9 @@ func (d *decoder) mapping(n *yaml.Node, v reflect.Value, path string) {
 			continue
 		}
 		e := reflect.New(v.Type().Elem()).Elem()
-		d.decode(val, e, p)
+		// A named entry is where its name is written.
+		d.lines[p] = pos{k.Line, k.Column}
+		d.value(val, e, p)
 		v.SetMapIndex(reflect.ValueOf(k.Value), e)
 	}
 }

@@ -13,6 +13,13 @@ import (
 	"github.com/leasebridge/leasebridge/admission"
 )
 
+// ErrorAt builds a FieldError with message at the position of path (a key
+// path such as devices.press-1 or routes[3]), for a check made outside this
+// package, such as a transport's own validation.
+func (c *Config) ErrorAt(path, message string) *FieldError {
+	return c.errAt(path, "%s", message)
+}
+
 // errAt builds a FieldError at the position of path, or of its nearest
 // written parent when path itself was defaulted.
 func (c *Config) errAt(path, format string, args ...any) *FieldError {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/leasebridge/leasebridge/failover"
 	"github.com/leasebridge/leasebridge/internal/report"
 	"github.com/leasebridge/leasebridge/routes"
 )
@@ -28,13 +29,8 @@ func admit(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "leasebridge admit: -c FILE is required\n")
 		return exitInvalid
 	}
-	cfg, err := routes.Load(*file)
-	if err != nil {
-		var errs routes.Errors
-		if !errors.As(err, &errs) {
-			// Unreadable file: wrap it so it prints like any other error.
-			errs = routes.Errors{{File: *file, Message: err.Error()}}
-		}
+	cfg, errs := load(*file, false)
+	if len(errs) > 0 {
 		if *asJSON {
 			if err := report.WriteJSON(stdout, report.Invalid(*file, errs)); err != nil {
 				fmt.Fprintf(stderr, "leasebridge admit: %v\n", err)
@@ -62,4 +58,25 @@ func admit(args []string, stdout, stderr io.Writer) int {
 		return exitRefused
 	}
 	return exitOK
+}
+
+// load decodes and validates the file, then builds every transport it
+// names without opening any (failover.Preflight), so that admit and run
+// refuse the same configurations; needFiles: the certificate, key and
+// password files it names must be readable (run), or may be absent
+// (admit, a dry run away from the deployment).
+func load(file string, needFiles bool) (*routes.Config, routes.Errors) {
+	cfg, err := routes.Load(file)
+	if err != nil {
+		var errs routes.Errors
+		if !errors.As(err, &errs) {
+			// Unreadable file: wrap it so it prints like any other error.
+			errs = routes.Errors{{File: file, Message: err.Error()}}
+		}
+		return nil, errs
+	}
+	if errs := failover.Preflight(cfg, needFiles); len(errs) > 0 {
+		return nil, errs
+	}
+	return cfg, nil
 }

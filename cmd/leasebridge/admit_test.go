@@ -253,3 +253,63 @@ func TestKubernetesExampleConfigIsAdmitted(t *testing.T) {
 		t.Fatal("no ConfigMap in examples/kubernetes/sidecar.yaml")
 	}
 }
+
+// Settings only a transport checks (here OPC UA users without a password)
+// are refused by admit and by run before anything
+// is opened, each with its file, line and key path; a CA file the
+// deployment provides may be missing for admit, a dry run in CI, but not
+// for run.
+func TestTransportSettingsRefusedBeforeRun(t *testing.T) {
+	cfg := writeConfig(t, `deployment_mode: clustered
+lease_store: {endpoints: ["http://127.0.0.1:1"]}
+manager: {broker_health_step_down: "off"}
+brokers:
+  local: {url: "tcp://127.0.0.1:1883"}
+  cloud: {url: "ssl://127.0.0.1:8883", tls: {ca_file: /nonexistent/leasebridge-ca.pem}}
+devices:
+  packer:
+    kind: opcua
+    address: opc.tcp://127.0.0.1:4840
+    username: bob
+    groups: [{name: g, interval: 1s, tags: [{name: speed, address: "ns=1;s=speed", type: float64}]}]
+  filler:
+    kind: opcua
+    address: opc.tcp://127.0.0.1:4841
+    username: carol
+    groups: [{name: g, interval: 1s, tags: [{name: level, address: "ns=1;s=level", type: float64}]}]
+routes:
+  - {name: a, session: a, kind: poll, device: packer, broker: local}
+  - {name: b, session: b, kind: poll, device: filler, broker: local}
+  - {name: up, session: up, kind: bridge, broker: local, remote: cloud, topics: [{from: "x/#"}]}
+`)
+	wantDevices := []string{
+		`cfg.yaml:8:3: devices.packer: `, `username "bob" needs password_file or password_env`,
+		`cfg.yaml:13:3: devices.filler: `, `username "carol" needs password_file or password_env`,
+	}
+	code, _, errs := runCmd(t, "admit", "-c", cfg)
+	for _, w := range wantDevices {
+		if !strings.Contains(errs, w) {
+			t.Errorf("admit: no %q in\n%s", w, errs)
+		}
+	}
+	if code != exitInvalid || strings.Contains(errs, "leasebridge-ca.pem") {
+		t.Errorf("admit: exit %d (want %d, and no complaint about the CA file)\n%s", code, exitInvalid, errs)
+	}
+	code, out, _ := runCmd(t, "admit", "-c", cfg, "--json")
+	a := decodeAdmission(t, out)
+	if code != exitInvalid || len(a.Errors) != 2 || a.Errors[0].Line != 8 || a.Errors[0].Path != "devices.packer" ||
+		a.Errors[1].Line != 13 || a.Errors[1].Path != "devices.filler" {
+		t.Errorf("admit --json: exit %d %+v", code, a.Errors)
+	}
+	// run refuses before it opens the (unreachable) lease store: exit 2,
+	// not the runtime failure's 1, and it needs the CA file too.
+	code, _, errs = runCmd(t, "run", "-c", cfg)
+	for _, w := range append(wantDevices, `cfg.yaml:6:3: brokers.cloud: `, "leasebridge-ca.pem") {
+		if !strings.Contains(errs, w) {
+			t.Errorf("run: no %q in\n%s", w, errs)
+		}
+	}
+	if code != exitInvalid {
+		t.Errorf("run: exit %d, want %d", code, exitInvalid)
+	}
+}

@@ -47,9 +47,9 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		return exitInvalid
 	}
 	log := newLogger(stderr, *format)
-	cfg, err := routes.Load(*file)
-	if err != nil {
-		fmt.Fprintf(stderr, "leasebridge run: %v\n", err)
+	cfg, errs := load(*file, true)
+	if len(errs) > 0 {
+		fmt.Fprintf(stderr, "leasebridge run: %v\n", errs)
 		return exitInvalid
 	}
 	reports := cfg.Admit()
