@@ -219,7 +219,10 @@ devices:
           - {name: speed, address: "ns=1;s=speed", type: float64, writable: true}
       - name: pushed
         mode: subscribe
-        interval: 50ms
+        # An hour: a change reaches the broker only because the pushed
+        # value is published at once (gopcua's server notifies every
+        # change whatever the sampling interval).
+        interval: 1h
         publishing_interval: 100ms
         tags:
           - {name: count, address: "ns=1;s=count", type: int32}
@@ -230,7 +233,8 @@ routes:
 
 // An OPC UA server (gopcua) through the supervisor to a real broker: a
 // polled and a subscribed group arrive with the epoch, a change on the
-// server reaches the broker, and a write request changes the node.
+// server reaches the broker (a subscribed one as the subscription pushes
+// it), and a write request changes the node.
 func TestOPCUARoutesThroughMQTT(t *testing.T) {
 	srv := uatest.Start(t)
 	srv.Space.Set("speed", 1.5)

@@ -159,6 +159,9 @@ func (s *session) serve(ev lease.Event, stop <-chan struct{}) {
 
 	wctx, wcancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
+	// Pollers of pushed (subscribed) groups, by device and group: a pushed
+	// value is published at once, not at the group's next interval.
+	pushed := map[string]map[string][]*poller{}
 	for _, r := range s.routes {
 		if r.Kind != routes.RoutePoll {
 			continue
@@ -181,7 +184,20 @@ func (s *session) serve(ev lease.Event, stop <-chan struct{}) {
 				p.band[tag.Name] = tag.Deadband
 			}
 			p.start(wctx, valid, &wg)
+			if _, ok := dev.(transports.Notifier); ok && g.Mode == "subscribe" {
+				if pushed[r.Device] == nil {
+					pushed[r.Device] = map[string][]*poller{}
+				}
+				pushed[r.Device][g.Name] = append(pushed[r.Device][g.Name], p)
+			}
 		}
+	}
+	for name, groups := range pushed {
+		t.devices[name].(transports.Notifier).SetNotify(func(group string, _ transports.Value) {
+			for _, p := range groups[group] {
+				p.kick()
+			}
+		})
 	}
 	for _, w := range t.writers {
 		wg.Add(1)

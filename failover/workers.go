@@ -37,6 +37,8 @@ type poller struct {
 	// topics caches each tag's topic: filling the template per value cost
 	// a third of the data plane's time.
 	topics map[string]string
+	// kick polls at once (set by start).
+	kick func()
 }
 
 // topic returns the tag's topic.
@@ -72,26 +74,49 @@ func (p *poller) report(op string, err error, attrs ...any) {
 func (p *poller) start(ctx context.Context, valid func() bool, wg *sync.WaitGroup) {
 	interval := p.group.Interval.D()
 	var (
-		mu      sync.Mutex
-		timer   *time.Timer
-		stopped bool
-		tick    func()
+		mu               sync.Mutex
+		timer            *time.Timer
+		stopped, running bool
+		again            bool // kicked while polling: poll again at once
+		tick             func()
 	)
 	tick = func() {
 		if ctx.Err() != nil || !valid() {
 			wg.Done()
 			return
 		}
+		mu.Lock()
+		running = true
+		mu.Unlock()
 		begun := time.Now()
 		p.once(ctx)
 		mu.Lock()
 		defer mu.Unlock()
+		running = false
 		if stopped || ctx.Err() != nil {
 			wg.Done()
 			return
 		}
 		// As a ticker would: an overrun starts the next poll at once.
-		timer = time.AfterFunc(max(0, interval-time.Since(begun)), tick)
+		next := max(0, interval-time.Since(begun))
+		if again {
+			again, next = false, 0
+		}
+		timer = time.AfterFunc(next, tick)
+	}
+	// kick polls now, for a transport that pushed a value: the poll
+	// returns it (and the rest of the group) at once rather than at the
+	// next interval.
+	p.kick = func() {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case stopped, timer == nil:
+		case running:
+			again = true
+		case timer.Stop():
+			timer = time.AfterFunc(0, tick)
+		}
 	}
 	wg.Add(1)
 	mu.Lock()

@@ -213,7 +213,8 @@ type Serial struct {
 type PollGroup struct {
 	// Name identifies the group in routes and topics.
 	Name string `yaml:"name"`
-	// Interval is the poll period (the sampling interval of a subscription).
+	// Interval is the poll period. For a subscription it is also the
+	// sampling interval; a pushed value is published as it arrives.
 	Interval Duration `yaml:"interval"`
 	// Mode is poll (default) or, for OPC UA, subscribe.
 	Mode string `yaml:"mode"`

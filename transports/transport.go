@@ -75,6 +75,14 @@ type Poller interface {
 	Poll(ctx context.Context, group string) ([]Value, error)
 }
 
+// Notifier is a device transport that also pushes values, such as an OPC
+// UA subscription: f receives every value as it is delivered, with its
+// group, on the transport's goroutine, and must not block. Poll of such a
+// group returns the latest delivered values.
+type Notifier interface {
+	SetNotify(f func(group string, v Value))
+}
+
 // Writer is a device transport that writes one tag.
 type Writer interface {
 	Transport

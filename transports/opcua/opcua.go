@@ -340,6 +340,8 @@ func (t *Transport) setState(ok bool, err error) {
 	}
 }
 
+var _ transports.Notifier = (*Transport)(nil)
+
 // SetNotify registers f to receive every value a subscription delivers
 // (after the deadband), from the subscription's goroutine; f must not
 // block. Poll of a subscribe group returns the latest of them.
