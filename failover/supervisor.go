@@ -54,14 +54,21 @@ type stepDownRequest struct {
 	state transports.State
 }
 
+// routesBySession groups the configuration's routes by session, in file
+// order.
+func routesBySession(cfg *routes.Config) map[string][]*routes.Route {
+	by := map[string][]*routes.Route{}
+	for _, r := range cfg.Routes {
+		by[r.Session] = append(by[r.Session], r)
+	}
+	return by
+}
+
 // New builds a manager per admitted session; nothing is opened until Run.
 func New(o Options) (*Supervisor, error) {
 	sv := &Supervisor{o: o, stepDown: make(chan stepDownRequest, 1)}
-	byName := map[string][]*routes.Route{}
+	byName := routesBySession(o.Config)
 	inputs := map[string]routes.Session{}
-	for _, r := range o.Config.Routes {
-		byName[r.Session] = append(byName[r.Session], r)
-	}
 	for _, s := range o.Config.Sessions() {
 		inputs[s.Name] = s
 	}

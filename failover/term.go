@@ -152,14 +152,7 @@ func (s *session) routeError(r *routes.Route, err error) error {
 // run checks them.
 func Preflight(cfg *routes.Config, needFiles bool) routes.Errors {
 	sv := &Supervisor{o: Options{Config: cfg}}
-	byName := map[string][]*routes.Route{}
-	var names []string
-	for _, r := range cfg.Routes {
-		if _, ok := byName[r.Session]; !ok {
-			names = append(names, r.Session)
-		}
-		byName[r.Session] = append(byName[r.Session], r)
-	}
+	byName := routesBySession(cfg)
 	var errs routes.Errors
 	seen := map[string]bool{}
 	// Every device on its own first, so that each bad one is reported and
@@ -171,7 +164,7 @@ func Preflight(cfg *routes.Config, needFiles bool) routes.Errors {
 			errs = append(errs, cfg.ErrorAt("devices."+name, err.Error()))
 		}
 	}
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(byName)) {
 		s := &session{sup: sv, name: name, routes: byName[name]}
 		_, err := s.build(0, "")
 		if err == nil || (!needFiles && missingFile(err)) {

@@ -197,6 +197,20 @@ type Device struct {
 	Line int `yaml:"-"`
 }
 
+// Timeouts are connect_timeout, request_timeout and close_timeout, each
+// its default when unset: a Device built in code rather than by Parse has
+// no defaults applied.
+func (d *Device) Timeouts() (connect, request, closing time.Duration) {
+	or := func(v Duration, def time.Duration) time.Duration {
+		if v > 0 {
+			return v.D()
+		}
+		return def
+	}
+	return or(d.ConnectTimeout, DefaultDeviceConnectTimeout), or(d.RequestTimeout, DefaultDeviceRequestTimeout),
+		or(d.CloseTimeout, DefaultDeviceCloseTimeout)
+}
+
 // Serial is the serial line of a Modbus RTU device.
 type Serial struct {
 	// BaudRate in bits per second.

@@ -49,6 +49,16 @@ type State struct {
 	Err error
 }
 
+// Next is the state after a connection attempt or request that succeeded
+// (ok) or failed with err: Since moves only when convergence changes, or
+// when a failure's reason does.
+func (s State) Next(ok bool, err error) State {
+	if s.Converged != ok || (!ok && s.Err != err) {
+		return State{Converged: ok, Since: time.Now(), Err: err}
+	}
+	return s
+}
+
 // Quality tells whether a value was read successfully.
 type Quality string
 

@@ -156,18 +156,16 @@ func New(name string, dev *routes.Device) (*Transport, error) {
 		return nil, fmt.Errorf("%w: transport %q: no device", ErrConfig, name)
 	}
 	t := &Transport{
-		name:           name,
-		kind:           dev.Kind,
-		address:        dev.Address,
-		serial:         dev.Serial,
-		merge:          dev.MergeRequests == nil || *dev.MergeRequests,
-		connectTimeout: orDefault(dev.ConnectTimeout.D(), routes.DefaultDeviceConnectTimeout),
-		requestTimeout: orDefault(dev.RequestTimeout.D(), routes.DefaultDeviceRequestTimeout),
-		closeTimeout:   orDefault(dev.CloseTimeout.D(), routes.DefaultDeviceCloseTimeout),
-		groups:         map[string]*group{},
-		tags:           map[string]*tag{},
-		state:          transports.State{Since: time.Now(), Err: ErrNotOpen},
+		name:    name,
+		kind:    dev.Kind,
+		address: dev.Address,
+		serial:  dev.Serial,
+		merge:   dev.MergeRequests == nil || *dev.MergeRequests,
+		groups:  map[string]*group{},
+		tags:    map[string]*tag{},
+		state:   transports.State{Since: time.Now(), Err: ErrNotOpen},
 	}
+	t.connectTimeout, t.requestTimeout, t.closeTimeout = dev.Timeouts()
 	t.life, t.endLife = context.WithCancel(context.Background())
 	switch dev.Kind {
 	case routes.KindModbusTCP:
@@ -236,13 +234,6 @@ func New(name string, dev *routes.Device) (*Transport, error) {
 	return t, nil
 }
 
-func orDefault(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
-}
-
 // Name identifies the transport.
 func (t *Transport) Name() string { return t.name }
 
@@ -274,9 +265,7 @@ func (t *Transport) setState(ok bool, err error) {
 }
 
 func (t *Transport) setStateLocked(ok bool, err error) {
-	if t.state.Converged != ok || (!ok && t.state.Err != err) {
-		t.state = transports.State{Converged: ok, Since: time.Now(), Err: err}
-	}
+	t.state = t.state.Next(ok, err)
 }
 
 // Open connects and reads the first request of the first poll group,

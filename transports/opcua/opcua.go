@@ -184,14 +184,12 @@ func New(name string, dev *routes.Device) (*Transport, error) {
 	}
 	t := &Transport{
 		name: name, endpoint: dev.Address, certFile: dev.CertFile, keyFile: dev.KeyFile, creds: dev.Credentials,
-		connectTimeout: orDefault(dev.ConnectTimeout.D(), routes.DefaultDeviceConnectTimeout),
-		requestTimeout: orDefault(dev.RequestTimeout.D(), routes.DefaultDeviceRequestTimeout),
-		closeTimeout:   orDefault(dev.CloseTimeout.D(), routes.DefaultDeviceCloseTimeout),
-		groups:         map[string]*group{}, tags: map[string]*tag{},
+		groups: map[string]*group{}, tags: map[string]*tag{},
 		cache: map[string]transports.Value{}, kinds: map[string]ua.TypeID{},
 		state: transports.State{Since: time.Now(), Err: ErrNotOpen},
 		done:  make(chan struct{}),
 	}
+	t.connectTimeout, t.requestTimeout, t.closeTimeout = dev.Timeouts()
 	t.life, t.endLife = context.WithCancel(context.Background())
 	switch strings.ToLower(strings.TrimPrefix(dev.SecurityPolicy, "http://opcfoundation.org/UA/SecurityPolicy#")) {
 	case "", "none":
@@ -301,13 +299,6 @@ func parseTag(tg *routes.Tag) (*tag, error) {
 // Modbus or S7 address pasted into an OPC UA tag.
 var nodeIDForm = regexp.MustCompile(`^(ns=\d+;)?[isgb]=.+$`)
 
-func orDefault(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
-}
-
 // Name identifies the transport.
 func (t *Transport) Name() string { return t.name }
 
@@ -335,9 +326,7 @@ func (t *Transport) setState(ok bool, err error) {
 	if t.closed {
 		return
 	}
-	if t.state.Converged != ok || (!ok && t.state.Err != err) {
-		t.state = transports.State{Converged: ok, Since: time.Now(), Err: err}
-	}
+	t.state = t.state.Next(ok, err)
 }
 
 var _ transports.Notifier = (*Transport)(nil)

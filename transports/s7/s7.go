@@ -165,13 +165,11 @@ func New(name string, dev *routes.Device) (*Transport, error) {
 	}
 	t := &Transport{
 		name: name, address: dev.Address, rack: dev.Rack, slot: dev.Slot,
-		connectTimeout: orDefault(dev.ConnectTimeout.D(), routes.DefaultDeviceConnectTimeout),
-		requestTimeout: orDefault(dev.RequestTimeout.D(), routes.DefaultDeviceRequestTimeout),
-		closeTimeout:   orDefault(dev.CloseTimeout.D(), routes.DefaultDeviceCloseTimeout),
-		groups:         map[string]*group{},
-		tags:           map[string]*tag{},
-		state:          transports.State{Since: time.Now(), Err: ErrNotOpen},
+		groups: map[string]*group{},
+		tags:   map[string]*tag{},
+		state:  transports.State{Since: time.Now(), Err: ErrNotOpen},
 	}
+	t.connectTimeout, t.requestTimeout, t.closeTimeout = dev.Timeouts()
 	t.life, t.endLife = context.WithCancel(context.Background())
 	if _, _, err := net.SplitHostPort(t.address); err != nil {
 		if t.address == "" || strings.Contains(t.address, ":") {
@@ -217,13 +215,6 @@ func New(name string, dev *routes.Device) (*Transport, error) {
 	return t, nil
 }
 
-func orDefault(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
-}
-
 // Name identifies the transport.
 func (t *Transport) Name() string { return t.name }
 
@@ -253,9 +244,7 @@ func (t *Transport) setState(ok bool, err error) {
 }
 
 func (t *Transport) setStateLocked(ok bool, err error) {
-	if t.state.Converged != ok || (!ok && t.state.Err != err) {
-		t.state = transports.State{Converged: ok, Since: time.Now(), Err: err}
-	}
+	t.state = t.state.Next(ok, err)
 }
 
 // PDU is the PDU length negotiated on the current connection, 0 when not
