@@ -82,7 +82,8 @@ brokers_typo: 1
 	}
 	code, out, _ := runCmd(t, "admit", "-c", refused, "--json")
 	a := decodeAdmission(t, out)
-	if code != exitInvalid || a.Admitted || len(a.Errors) != 1 || a.Errors[0].Line != 7 || a.Errors[0].Path != "brokers_typo" {
+	// Both problems at once: the unknown key and the undefined remote.
+	if code != exitInvalid || a.Admitted || len(a.Errors) != 2 || a.Errors[0].Path != "routes[0].remote" || a.Errors[1].Line != 7 || a.Errors[1].Path != "brokers_typo" {
 		t.Errorf("invalid --json: exit %d %+v", code, a)
 	}
 

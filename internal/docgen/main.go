@@ -120,7 +120,7 @@ func render() (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	config, err := execute(configurationTmpl, map[string]any{"Reference": ref})
+	config, err := execute(configurationTmpl, map[string]any{"Reference": ref, "MaxEcho": routes.MaxEcho})
 	if err != nil {
 		return nil, err
 	}
