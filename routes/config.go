@@ -247,7 +247,7 @@ type Tag struct {
 	// Address is a register number (Modbus), a TIA address such as
 	// DB1.DBW10 (S7), or a node id such as ns=2;s=Temp (OPC UA).
 	Address string `yaml:"address"`
-	// Register is holding, input, coil or discrete (Modbus only).
+	// Register is holding (default), input, coil or discrete (Modbus only).
 	Register string `yaml:"register"`
 	// Type is bool, int8, uint8, int16, uint16, int32, uint32, int64,
 	// uint64, float32, float64 or string.

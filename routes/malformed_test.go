@@ -128,3 +128,15 @@ func BenchmarkUnknownKeys(b *testing.B) {
 		})
 	}
 }
+
+// docs/devices.md promises holding as the default Modbus register.
+func TestModbusRegisterDefaultsToHolding(t *testing.T) {
+	y := strings.Replace(base, "register: holding, ", "", 1) + "routes:\n  - {name: r, session: s, kind: poll, device: plc, broker: local}\n"
+	cfg, errs := parse(t, y)
+	if errs != nil {
+		t.Fatal(errs)
+	}
+	if got := cfg.Devices["plc"].Groups[0].Tags[0].Register; got != routes.DefaultRegister {
+		t.Errorf("register %q, want %q", got, routes.DefaultRegister)
+	}
+}
