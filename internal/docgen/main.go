@@ -23,6 +23,9 @@ import (
 	"github.com/leasebridge/leasebridge/routes"
 )
 
+//go:embed bridged-data.md.tmpl
+var bridgedDataTmpl string
+
 //go:embed failover-budget.md.tmpl
 var failoverBudgetTmpl string
 
@@ -140,7 +143,11 @@ func render() (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return map[string][]byte{"failover-budget.md": budget, "admit-json.md": admit, "configuration.md": config, "operations.md": ops}, nil
+	bridged, err := bridgedData(sa, cl)
+	if err != nil {
+		return nil, err
+	}
+	return map[string][]byte{"failover-budget.md": budget, "admit-json.md": admit, "configuration.md": config, "operations.md": ops, "bridged-data.md": bridged}, nil
 }
 
 func execute(tmpl string, data any) ([]byte, error) {
