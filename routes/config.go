@@ -49,6 +49,9 @@ type LeaseStore struct {
 	// embedded single-member store in DataDir.
 	Endpoints []string `yaml:"endpoints"`
 	// KeyPrefix is prepended to each session id to form its lease key.
+	// It names a fleet: the nodes sharing it compete for the same rows,
+	// and two fleets must never name one device (docs/lease-protocol.md,
+	// endpoint claims).
 	KeyPrefix string `yaml:"key_prefix"`
 	// DialTimeout bounds connecting to the cluster at start-up.
 	DialTimeout Duration `yaml:"dial_timeout"`
