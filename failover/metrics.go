@@ -26,6 +26,9 @@ type Metrics struct {
 	TransportErrors *prometheus.CounterVec
 	// Takeovers counts the times this process became a session's owner.
 	Takeovers *prometheus.CounterVec
+	// ClaimConflicts is 1 while a device endpoint of the session is
+	// claimed under another key_prefix or session and the term waits.
+	ClaimConflicts *prometheus.GaugeVec
 }
 
 // States a session reports in leasebridge_session_state.
@@ -67,8 +70,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "leasebridge_takeovers_total",
 			Help: "Times this process became the session's owner.",
 		}, []string{"session"}),
+		ClaimConflicts: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "leasebridge_endpoint_claim_conflicts",
+			Help: "1 while a device endpoint of the session is claimed under another key_prefix or session; the owner does not activate.",
+		}, []string{"session"}),
 	}
-	reg.MustRegister(m.FailureToFull, m.State, m.Epoch, m.RenewFailures, m.StepDowns, m.Budget, m.TransportErrors, m.Takeovers)
+	reg.MustRegister(m.FailureToFull, m.State, m.Epoch, m.RenewFailures, m.StepDowns, m.Budget, m.TransportErrors, m.Takeovers,
+		m.ClaimConflicts)
 	return m
 }
 

@@ -39,6 +39,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Metrics receives the series; create with NewMetrics.
 	Metrics *Metrics
+	// Claims, when set, records the device endpoints of every owned
+	// session (docs/lease-protocol.md, endpoint claims).
+	Claims lease.Claimer
 }
 
 // Supervisor runs every session of a process.
@@ -97,6 +100,7 @@ func New(o Options) (*Supervisor, error) {
 		}
 		s.mgr = mgr
 		s.setState("standby")
+		s.setConflict("")
 		o.Metrics.Budget.WithLabelValues(rep.Session, "owner_death").Set(rep.OwnerDeath.Total.Seconds())
 		if rep.BrokerPath != nil {
 			o.Metrics.Budget.WithLabelValues(rep.Session, "broker_path").Set(rep.BrokerPath.Total.Seconds())
@@ -236,6 +240,9 @@ type SessionStatus struct {
 	FailureToFullNS int64 `json:"failure_to_full_ns,omitempty"`
 	// OwnerDeathBudgetNS is the admitted owner-death budget.
 	OwnerDeathBudgetNS int64 `json:"owner_death_budget_ns"`
+	// EndpointConflict names the claim of another key_prefix or session
+	// on a device endpoint that keeps the owned session from activating.
+	EndpointConflict string `json:"endpoint_conflict,omitempty"`
 }
 
 // Status reports every session, in name order.
@@ -245,8 +252,10 @@ func (sv *Supervisor) Status() []SessionStatus {
 		s.mu.Lock()
 		last := s.lastFull
 		s.mu.Unlock()
+		conflict, _ := s.conflict.Load().(string)
 		out = append(out, SessionStatus{Session: s.name, State: s.State(), Owner: s.owned.Load(),
-			ServiceLevelFull: s.full.Load(), FailureToFullNS: int64(last), OwnerDeathBudgetNS: int64(s.report.OwnerDeath.Total)})
+			ServiceLevelFull: s.full.Load(), FailureToFullNS: int64(last), OwnerDeathBudgetNS: int64(s.report.OwnerDeath.Total),
+			EndpointConflict: conflict})
 	}
 	return out
 }

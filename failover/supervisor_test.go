@@ -77,6 +77,13 @@ type bridge struct {
 
 func (p *peers) bridge(t *testing.T, node string) *bridge {
 	t.Helper()
+	return p.bridgeOf(t, node, "/failover-test/", nil)
+}
+
+// bridgeOf is a bridge of the fleet keyPrefix names; logs, when set,
+// receives its log as JSON lines.
+func (p *peers) bridgeOf(t *testing.T, node, keyPrefix string, logs io.Writer) *bridge {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	addr := strings.TrimPrefix(p.broker.URL, "tcp://")
@@ -86,7 +93,7 @@ func (p *peers) bridge(t *testing.T, node string) *bridge {
 	}
 	t.Cleanup(func() { _ = bp.Close() })
 	y := testbin.Config(testbin.Bridge{Etcd: p.etcd.Endpoints[0], Broker: "tcp://" + bp.Addr(), PLC: p.plc.Addr(), Node: node,
-		KeyPrefix: "/failover-test/", Topic: "t/{tag}"})
+		KeyPrefix: keyPrefix, Topic: "t/{tag}"})
 	cfg, err := routes.Parse(node+".yaml", []byte(y))
 	if err != nil {
 		t.Fatal(err)
@@ -102,11 +109,13 @@ func (p *peers) bridge(t *testing.T, node string) *bridge {
 	t.Cleanup(func() { _ = store.Close() })
 	reg := prometheus.NewRegistry()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if testing.Verbose() {
+	if logs != nil {
+		log = slog.New(slog.NewJSONHandler(logs, nil))
+	} else if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(testWriter{t}, nil)).With("node", node)
 	}
 	sv, err := failover.New(failover.Options{Config: cfg, Reports: reports, Store: store, Identity: lease.NewIdentity(node),
-		Node: node, Logger: log, Metrics: failover.NewMetrics(reg)})
+		Node: node, Logger: log, Metrics: failover.NewMetrics(reg), Claims: store})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,6 +49,9 @@ type LeaseStore struct {
 	// embedded single-member store in DataDir.
 	Endpoints []string `yaml:"endpoints"`
 	// KeyPrefix is prepended to each session id to form its lease key.
+	// It names a fleet: the nodes sharing it compete for the same rows,
+	// and two fleets must never name one device (docs/lease-protocol.md,
+	// endpoint claims).
 	KeyPrefix string `yaml:"key_prefix"`
 	// DialTimeout bounds connecting to the cluster at start-up.
 	DialTimeout Duration `yaml:"dial_timeout"`
@@ -154,8 +157,10 @@ const (
 type Device struct {
 	// Kind is modbus_tcp, modbus_rtu, s7 or opcua.
 	Kind string `yaml:"kind"`
-	// Address is host:port (modbus_tcp, s7), a serial device path
-	// (modbus_rtu) or an opc.tcp:// endpoint (opcua).
+	// Address is host:port (modbus_tcp, s7; a bare host means port 502
+	// or 102, an IPv6 address is written [addr]:port), a serial device
+	// path (modbus_rtu) or an opc.tcp:// endpoint (opcua). Two device
+	// entries never share an endpoint (docs/devices.md).
 	Address string `yaml:"address"`
 	// ConnectTimeout bounds one connection attempt.
 	ConnectTimeout Duration `yaml:"connect_timeout"`

@@ -126,7 +126,7 @@ func TestSyntaxAndEmptyFiles(t *testing.T) {
 func TestValidationNamesTheRule(t *testing.T) {
 	wantErrors(t, base+`  s7plc:
     kind: s7
-    address: 10.0.0.1
+    address: "10.0.0.1:"
     groups:
       - name: g
         tags:
@@ -134,7 +134,7 @@ func TestValidationNamesTheRule(t *testing.T) {
 routes:
   - {name: r, session: s, kind: poll, device: plc, broker: local}
 `,
-		`cfg.yaml:19:5: devices.s7plc.address: address "10.0.0.1": want host:port`,
+		`cfg.yaml:19:5: devices.s7plc.address: address "10.0.0.1:": want host, host:port or [ipv6]:port with a port 1..65535`,
 		`cfg.yaml:23:23: devices.s7plc.groups[0].tags[0].address: address "DB1.DBQ3": want a TIA address`,
 	)
 	// A structural error does not hide a rule broken elsewhere.

@@ -21,6 +21,10 @@ type Session struct {
 	// Refusals are divergences between routes and timing that cannot be
 	// derived; admission adds its own.
 	Refusals []string
+	// Shared are refusals for a device or endpoint the session shares
+	// with another session or device entry (docs/devices.md, exclusive
+	// endpoints); unlike Refusals they leave the budgets computed.
+	Shared []string
 }
 
 // routeInputs is what one route alone says its session's manager inputs
@@ -145,6 +149,7 @@ func (c *Config) Sessions() []Session {
 		by[r.Session] = append(by[r.Session], c.routeInputs(i, r))
 	}
 	out := make([]Session, 0, len(by))
+	shared := c.exclusive()
 	for _, name := range sortedKeys(by) {
 		views := by[name]
 		sort.Slice(views, func(i, j int) bool { return views[i].route.Name < views[j].route.Name })
@@ -160,6 +165,7 @@ func (c *Config) Sessions() []Session {
 		if len(s.Refusals) == 0 {
 			s.Refusals = c.divergences(name, views)
 		}
+		s.Shared = shared[name]
 		out = append(out, s)
 	}
 	return out
@@ -212,6 +218,7 @@ func AdmitSessions(sessions []Session) []admission.Report {
 		} else {
 			r = admission.Evaluate(s.Inputs)
 		}
+		r.Refusals = append(r.Refusals, s.Shared...)
 		out = append(out, r)
 	}
 	return out

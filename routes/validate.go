@@ -240,8 +240,8 @@ func (c *Config) checkDevice(path string, d *Device) Errors {
 	modbus := d.Kind == KindModbusTCP || d.Kind == KindModbusRTU
 	switch d.Kind {
 	case KindModbusTCP, KindS7:
-		if d.Address != "" && !strings.Contains(d.Address, ":") {
-			add(path+".address", "address %q: want host:port", d.Address)
+		if _, err := d.Endpoint(); d.Address != "" && err != nil {
+			add(path+".address", "%s", strings.TrimPrefix(err.Error(), "routes: "))
 		}
 	case KindModbusRTU:
 		if !slices.Contains([]string{"N", "E", "O"}, d.Serial.Parity) {

@@ -126,7 +126,7 @@ func serve(ctx context.Context, cfg *routes.Config, reports []admission.Report, 
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	id := lease.NewIdentity(node)
 	sv, err := failover.New(failover.Options{Config: cfg, Reports: reports, Store: store, Identity: id, Node: node,
-		Logger: log, Metrics: failover.NewMetrics(reg)})
+		Logger: log, Metrics: failover.NewMetrics(reg), Claims: store})
 	if err != nil {
 		return exitInvalid, err
 	}
