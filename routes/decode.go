@@ -543,13 +543,18 @@ func abs(n int) int {
 	return n
 }
 
-// MaxEcho is how many bytes of a value from the file an error repeats at
-// most: a malformed file can hold a scalar of megabytes.
-const MaxEcho = 64
+// ClipAbove and MaxEcho bound how much of a value from the file an error
+// repeats: a malformed file can hold a scalar of megabytes. A string longer
+// than ClipAbove is quoted by its first MaxEcho bytes and its length; the
+// limit is above the longest explanation a message passes as an argument.
+const (
+	ClipAbove = 256
+	MaxEcho   = 64
+)
 
 // clip shortens s for an error message, saying how long it was.
 func clip(s string) string {
-	if len(s) <= MaxEcho {
+	if len(s) <= ClipAbove {
 		return s
 	}
 	cut := MaxEcho
@@ -562,7 +567,7 @@ func clip(s string) string {
 // clipArgs clips every string argument of an error message.
 func clipArgs(args []any) []any {
 	for i, a := range args {
-		if s, ok := a.(string); ok && len(s) > MaxEcho {
+		if s, ok := a.(string); ok && len(s) > ClipAbove {
 			args[i] = clip(s)
 		}
 	}

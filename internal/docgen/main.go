@@ -123,7 +123,7 @@ func render() (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	config, err := execute(configurationTmpl, map[string]any{"Reference": ref, "MaxEcho": routes.MaxEcho})
+	config, err := execute(configurationTmpl, map[string]any{"Reference": ref, "MaxEcho": routes.MaxEcho, "ClipAbove": routes.ClipAbove})
 	if err != nil {
 		return nil, err
 	}
