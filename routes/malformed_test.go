@@ -140,3 +140,40 @@ func TestModbusRegisterDefaultsToHolding(t *testing.T) {
 		t.Errorf("register %q, want %q", got, routes.DefaultRegister)
 	}
 }
+
+// Routes of one session may use different devices: the owner opens all of
+// them, and admission sums every bound once.
+func TestSessionOpensTheUnionOfItsRoutes(t *testing.T) {
+	y := base + `  plc2:
+    kind: modbus_tcp
+    address: 127.0.0.2:502
+    groups:
+      - name: g
+        tags:
+          - {name: t1, register: holding, address: 1, type: int16}
+routes:
+  - {name: a, session: s, kind: poll, device: plc, broker: local}
+  - {name: b, session: s, kind: poll, device: plc2, broker: local}
+  - {name: c, session: s, kind: write, device: plc, broker: local, request_topic: w, reply_topic: r}
+`
+	cfg, errs := parse(t, y)
+	if errs != nil {
+		t.Fatal(errs)
+	}
+	ss := cfg.Sessions()
+	if len(ss) != 1 || len(ss[0].Refusals) != 0 {
+		t.Fatalf("sessions %+v", ss)
+	}
+	var names []string
+	for _, a := range ss[0].Inputs.Transports {
+		names = append(names, a.Name)
+	}
+	if got := strings.Join(names, " "); got != "modbus_tcp:plc modbus_tcp:plc2 mqtt:local" {
+		t.Fatalf("transports %q", got)
+	}
+	r := cfg.Admit()[0]
+	d := cfg.Devices["plc"]
+	if want := 2*d.ActivationBound() + cfg.Brokers["local"].ActivationBound(); r.Activation != want {
+		t.Fatalf("activation %v, want %v", r.Activation, want)
+	}
+}

@@ -119,10 +119,6 @@ func canonicalFields(in admission.Inputs) [][2]string {
 	if in.FailoverSLO != nil {
 		slo = fs(*in.FailoverSLO)
 	}
-	act := make([]string, len(in.Transports))
-	for i, a := range in.Transports {
-		act[i] = fmt.Sprintf("%s (activation %s, close %s)", a.Name, fs(a.Bound), fs(a.Close))
-	}
 	return [][2]string{
 		{"lease_ttl", fs(t.LeaseTTL)},
 		{"renew_interval", fs(t.RenewInterval)},
@@ -134,7 +130,6 @@ func canonicalFields(in admission.Inputs) [][2]string {
 		{"broker_health_step_down", in.BrokerHealth.String()},
 		{"startup_allowance", fs(in.StartupAllowance)},
 		{"failover_slo", slo},
-		{"transport activation", strings.Join(act, " + ")},
 	}
 }
 
@@ -157,6 +152,7 @@ func (c *Config) Sessions() []Session {
 		for _, v := range views {
 			s.Routes = append(s.Routes, v.route.Name)
 		}
+		s.Inputs.Transports = unionTransports(views)
 		for _, v := range views {
 			if v.err != nil {
 				s.Refusals = append(s.Refusals, fmt.Sprintf("route %q (%s): %v", v.route.Name, c.where(v.index), v.err))
@@ -169,6 +165,29 @@ func (c *Config) Sessions() []Session {
 		out = append(out, s)
 	}
 	return out
+}
+
+// unionTransports is what a session's owner opens: every transport any of
+// its routes names, once, devices first (the term opens them in that
+// order). Routes of one session may use different devices and brokers;
+// admission sums the bounds of all of them.
+func unionTransports(views []routeInputs) []admission.Activation {
+	var devices, brokers []admission.Activation
+	seen := map[string]bool{}
+	for _, v := range views {
+		for _, a := range v.inputs.Transports {
+			if seen[a.Name] {
+				continue
+			}
+			seen[a.Name] = true
+			if strings.HasPrefix(a.Name, "mqtt:") {
+				brokers = append(brokers, a)
+			} else {
+				devices = append(devices, a)
+			}
+		}
+	}
+	return append(devices, brokers...)
 }
 
 func (c *Config) where(routeIndex int) string {
