@@ -97,6 +97,8 @@ func New(o Options) (*Supervisor, error) {
 		}
 		s.mgr = mgr
 		s.setState("standby")
+		o.Metrics.TimingMismatch.WithLabelValues(rep.Session).Set(0)
+		o.Metrics.TimingMismatches.WithLabelValues(rep.Session).Add(0)
 		o.Metrics.Budget.WithLabelValues(rep.Session, "owner_death").Set(rep.OwnerDeath.Total.Seconds())
 		if rep.BrokerPath != nil {
 			o.Metrics.Budget.WithLabelValues(rep.Session, "broker_path").Set(rep.BrokerPath.Total.Seconds())
@@ -236,6 +238,9 @@ type SessionStatus struct {
 	FailureToFullNS int64 `json:"failure_to_full_ns,omitempty"`
 	// OwnerDeathBudgetNS is the admitted owner-death budget.
 	OwnerDeathBudgetNS int64 `json:"owner_death_budget_ns"`
+	// TimingMismatch is set while the row's owner runs a lease timing
+	// other than this node's.
+	TimingMismatch *TimingMismatch `json:"timing_mismatch,omitempty"`
 }
 
 // Status reports every session, in name order.
@@ -243,10 +248,11 @@ func (sv *Supervisor) Status() []SessionStatus {
 	out := make([]SessionStatus, 0, len(sv.sessions))
 	for _, s := range sv.sessions {
 		s.mu.Lock()
-		last := s.lastFull
+		last, mismatch := s.lastFull, s.timing.current
 		s.mu.Unlock()
 		out = append(out, SessionStatus{Session: s.name, State: s.State(), Owner: s.owned.Load(),
-			ServiceLevelFull: s.full.Load(), FailureToFullNS: int64(last), OwnerDeathBudgetNS: int64(s.report.OwnerDeath.Total)})
+			ServiceLevelFull: s.full.Load(), FailureToFullNS: int64(last), OwnerDeathBudgetNS: int64(s.report.OwnerDeath.Total),
+			TimingMismatch: mismatch})
 	}
 	return out
 }
