@@ -15,7 +15,7 @@ import (
 var (
 	flagSeeds = flag.Int("seeds", 10000, "number of seeds TestSeeds runs (short mode: 500)")
 	flagSeed  = flag.Int64("seed", -1, "replay one seed with a full trace (TestReplay)")
-	flagMode  = flag.Int("fence-mode", FenceCorrect, "fence mode for TestReplay: 0 correct, 1 never, 2 response-anchored, 3 no hold")
+	flagMode  = flag.Int("fence-mode", FenceCorrect, "fence mode for TestReplay: 0 correct, 1 never, 2 response-anchored, 3 no hold, 4 own lease_ttl only")
 )
 
 // runSeeds runs seeds [0, n) on all CPUs and returns the first failure by
@@ -138,6 +138,21 @@ func TestSubtleFenceBugsCaught(t *testing.T) {
 			t.Logf("caught: %v", f)
 		})
 	}
+}
+
+// TestOwnTTLOnlyCaught: a standby that judges a row by its own lease_ttl
+// alone, ignoring the longer one its owner wrote, takes over from owners
+// that still serve when the fleet's timings differ, and is caught as two
+// owners.
+func TestOwnTTLOnlyCaught(t *testing.T) {
+	f, _ := runSeeds(t, 2000, OwnTTLOnly)
+	if f == nil {
+		t.Fatal("a standby ignoring the owner's lease_ttl passed 2000 seeds: per-node timings are not exercised")
+	}
+	if f.Kind != "safety" {
+		t.Fatalf("own-lease_ttl-only caught as %s, want safety: %v", f.Kind, f)
+	}
+	t.Logf("caught: %v", f)
 }
 
 // TestForgottenCloseBoundCaught: a fence that leaves no time for closing
