@@ -62,9 +62,9 @@ func (f *Failure) Error() string {
 
 // Stats summarize one run.
 type Stats struct {
-	Steps           int
-	Takeovers       int
-	Probes          int           // owner deaths and releases checked for liveness
+	Steps     int
+	Takeovers int
+	Probes    int // owner deaths and releases checked for liveness
 	// MaxOwnerDeath is the probed owner death whose takeover came
 	// closest to its budget, OwnerDeathLimit that budget:
 	// admission.OwnerDeath with A = S = 0 and the larger of the owner's
@@ -223,13 +223,13 @@ type sim struct {
 	// The fleet's shortest and longest lease_ttl and call timeouts: they
 	// size the phases and the store latency.
 	lmin, lmax, cmin, cmax int64
-	keys  []string
-	nodes []*node
-	terms [][]*term // per session, open or not yet past
-	epoch []uint64  // highest epoch seen per session
-	obl   []*obligation
-	fail  *Failure
-	calm  bool
+	keys                   []string
+	nodes                  []*node
+	terms                  [][]*term // per session, open or not yet past
+	epoch                  []uint64  // highest epoch seen per session
+	obl                    []*obligation
+	fail                   *Failure
+	calm                   bool
 	// lossy store path
 	drop, lose float64
 	latMax     int64
