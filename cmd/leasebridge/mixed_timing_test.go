@@ -256,18 +256,11 @@ func mixedBudget(t *testing.T, a, b *mixedProc) time.Duration {
 // readyz returns the process's /readyz session status.
 func (mp *mixedProc) readyz(t *testing.T) failover.SessionStatus {
 	t.Helper()
-	var body struct {
-		Sessions []failover.SessionStatus `json:"sessions"`
-	}
-	resp, err := http.Get("http://" + mp.http + "/readyz")
+	st, err := sessionStatus(http.DefaultClient, mp.http)
 	if err != nil {
-		t.Fatalf("%s /readyz: %v", mp.name, err)
+		t.Fatalf("%s: %v", mp.name, err)
 	}
-	defer resp.Body.Close()
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || len(body.Sessions) != 1 {
-		t.Fatalf("%s /readyz: %v %+v", mp.name, err, body)
-	}
-	return body.Sessions[0]
+	return st
 }
 
 // metrics returns the process's /metrics text.
@@ -287,17 +280,8 @@ func (mp *mixedProc) metrics(t *testing.T) string {
 func (mp *mixedProc) waitMismatch(t *testing.T, limit time.Duration) failover.TimingMismatch {
 	t.Helper()
 	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		resp, err := http.Get("http://" + mp.http + "/readyz")
-		if err != nil {
-			continue
-		}
-		var body struct {
-			Sessions []failover.SessionStatus `json:"sessions"`
-		}
-		err = json.NewDecoder(resp.Body).Decode(&body)
-		resp.Body.Close()
-		if err == nil && len(body.Sessions) == 1 && body.Sessions[0].TimingMismatch != nil {
-			return *body.Sessions[0].TimingMismatch
+		if st, err := sessionStatus(http.DefaultClient, mp.http); err == nil && st.TimingMismatch != nil {
+			return *st.TimingMismatch
 		}
 	}
 	t.Fatalf("%s showed no timing mismatch on /readyz within %s", mp.name, limit)
