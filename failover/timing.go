@@ -32,21 +32,20 @@ type timingState struct {
 
 // onTiming records a timing mismatch or match reported by the lease
 // manager: gauge, counter and status always, the warning once per
-// distinct owner timing.
+// distinct owner timing. The log line and the metrics are written before
+// the status changes, so whoever sees the status on /readyz also finds
+// them.
 func (s *session) onTiming(ev lease.Event) {
 	m := s.sup.o.Metrics
 	tr := ev.Timing
 	if ev.Kind == lease.EventTimingMatch {
-		s.mu.Lock()
-		s.timing.current = nil
-		s.mu.Unlock()
-		m.TimingMismatch.WithLabelValues(s.name).Set(0)
 		s.log.Info("lease timing matches the row owner's", "row_owner", tr.RowOwner, "lease_ttl", admission.FormatSeconds(tr.Own.LeaseTTL))
+		m.TimingMismatch.WithLabelValues(s.name).Set(0)
+		s.setTiming(nil)
 		return
 	}
 	cur := &TimingMismatch{Own: tr.Own, Row: tr.Row, RowHasTiming: tr.Row != lease.RowTiming{}, RowOwner: tr.RowOwner, TakeoverWaitNS: int64(tr.Wait)}
 	s.mu.Lock()
-	s.timing.current = cur
 	first := !s.timing.seen[tr.Row]
 	if first {
 		if s.timing.seen == nil {
@@ -55,18 +54,24 @@ func (s *session) onTiming(ev lease.Event) {
 		s.timing.seen[tr.Row] = true
 	}
 	s.mu.Unlock()
+	if first {
+		m.TimingMismatches.WithLabelValues(s.name).Inc()
+		row := "none (the row carries no timing: written by an older binary)"
+		if cur.RowHasTiming {
+			row = formatTiming(tr.Row)
+		}
+		s.log.Warn("lease timing differs from the row owner's: a takeover waits the longer lease_ttl",
+			"row_owner", tr.RowOwner, "own_timing", formatTiming(tr.Own), "row_timing", row,
+			"takeover_wait", admission.FormatSeconds(tr.Wait))
+	}
 	m.TimingMismatch.WithLabelValues(s.name).Set(1)
-	if !first {
-		return
-	}
-	m.TimingMismatches.WithLabelValues(s.name).Inc()
-	row := "none (the row carries no timing: written by an older binary)"
-	if cur.RowHasTiming {
-		row = formatTiming(tr.Row)
-	}
-	s.log.Warn("lease timing differs from the row owner's: a takeover waits the longer lease_ttl",
-		"row_owner", tr.RowOwner, "own_timing", formatTiming(tr.Own), "row_timing", row,
-		"takeover_wait", admission.FormatSeconds(tr.Wait))
+	s.setTiming(cur)
+}
+
+func (s *session) setTiming(cur *TimingMismatch) {
+	s.mu.Lock()
+	s.timing.current = cur
+	s.mu.Unlock()
 }
 
 func formatTiming(t lease.RowTiming) string {
