@@ -29,6 +29,12 @@ type Metrics struct {
 	// ClaimConflicts is 1 while a device endpoint of the session is
 	// claimed under another key_prefix or session and the term waits.
 	ClaimConflicts *prometheus.GaugeVec
+	// TimingMismatch is 1 while the row's owner runs a lease timing other
+	// than this node's.
+	TimingMismatch *prometheus.GaugeVec
+	// TimingMismatches counts the distinct owner timings seen that differ
+	// from this node's.
+	TimingMismatches *prometheus.CounterVec
 }
 
 // States a session reports in leasebridge_session_state.
@@ -74,9 +80,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "leasebridge_endpoint_claim_conflicts",
 			Help: "1 while a device endpoint of the session is claimed under another key_prefix or session; the owner does not activate.",
 		}, []string{"session"}),
+		TimingMismatch: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "leasebridge_timing_mismatch",
+			Help: "1 while the lease row's owner runs a lease timing (lease_ttl, renew_interval, renew_call_timeout, acquire_poll_interval, fence_after) other than this node's; a standby then waits the longer lease_ttl.",
+		}, []string{"session"}),
+		TimingMismatches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasebridge_timing_mismatches_total",
+			Help: "Distinct row-owner lease timings seen that differ from this node's.",
+		}, []string{"session"}),
 	}
 	reg.MustRegister(m.FailureToFull, m.State, m.Epoch, m.RenewFailures, m.StepDowns, m.Budget, m.TransportErrors, m.Takeovers,
-		m.ClaimConflicts)
+		m.ClaimConflicts, m.TimingMismatch, m.TimingMismatches)
 	return m
 }
 

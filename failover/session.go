@@ -37,6 +37,7 @@ type session struct {
 	stopTerm chan struct{} // closed to end the current term gracefully
 	termDone chan struct{} // closed when the current term has closed
 	lastFull time.Duration // last FailureToFullDuration, for tests and logs
+	timing   timingState   // the row owner's timing against this node's
 }
 
 func (s *session) setState(st string) {
@@ -88,6 +89,8 @@ func (s *session) handle(ev lease.Event) {
 		s.log.Warn("ownership ended", "event", ev.Kind.String(), "epoch", ev.Epoch)
 	case lease.EventReleased:
 		s.log.Info("lease released", "epoch", ev.Epoch, "err", ev.Err)
+	case lease.EventTimingMismatch, lease.EventTimingMatch:
+		s.onTiming(ev)
 	}
 }
 

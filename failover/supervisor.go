@@ -101,6 +101,8 @@ func New(o Options) (*Supervisor, error) {
 		s.mgr = mgr
 		s.setState("standby")
 		s.setConflict("")
+		o.Metrics.TimingMismatch.WithLabelValues(rep.Session).Set(0)
+		o.Metrics.TimingMismatches.WithLabelValues(rep.Session).Add(0)
 		o.Metrics.Budget.WithLabelValues(rep.Session, "owner_death").Set(rep.OwnerDeath.Total.Seconds())
 		if rep.BrokerPath != nil {
 			o.Metrics.Budget.WithLabelValues(rep.Session, "broker_path").Set(rep.BrokerPath.Total.Seconds())
@@ -243,6 +245,9 @@ type SessionStatus struct {
 	// EndpointConflict names the claim of another key_prefix or session
 	// on a device endpoint that keeps the owned session from activating.
 	EndpointConflict string `json:"endpoint_conflict,omitempty"`
+	// TimingMismatch is set while the row's owner runs a lease timing
+	// other than this node's.
+	TimingMismatch *TimingMismatch `json:"timing_mismatch,omitempty"`
 }
 
 // Status reports every session, in name order.
@@ -250,12 +255,12 @@ func (sv *Supervisor) Status() []SessionStatus {
 	out := make([]SessionStatus, 0, len(sv.sessions))
 	for _, s := range sv.sessions {
 		s.mu.Lock()
-		last := s.lastFull
+		last, mismatch := s.lastFull, s.timing.current
 		s.mu.Unlock()
 		conflict, _ := s.conflict.Load().(string)
 		out = append(out, SessionStatus{Session: s.name, State: s.State(), Owner: s.owned.Load(),
 			ServiceLevelFull: s.full.Load(), FailureToFullNS: int64(last), OwnerDeathBudgetNS: int64(s.report.OwnerDeath.Total),
-			EndpointConflict: conflict})
+			EndpointConflict: conflict, TimingMismatch: mismatch})
 	}
 	return out
 }

@@ -84,19 +84,29 @@ func (p *runPeers) start(t *testing.T, node string) *proc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pr := &proc{bridgeProc: &bridgeProc{name: node, http: addr, log: filepath.Join(p.dir, node+".log"), done: make(chan struct{})},
-		proxy: px, report: cfg.Admit()[0], exit: -1}
+	pr := &proc{bridgeProc: &bridgeProc{name: node, http: addr, log: filepath.Join(p.dir, node+".log")},
+		proxy: px, report: cfg.Admit()[0]}
+	pr.launch(t, path, "text")
+	return pr
+}
+
+// launch runs `leasebridge run -c path` with its output in pr.log and
+// kills it when the test ends, printing the log if the test failed.
+func (pr *proc) launch(t *testing.T, path, logFormat string) {
+	t.Helper()
+	pr.done, pr.exit = make(chan struct{}), -1
 	logf, err := os.Create(pr.log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pr.cmd = exec.Command(testbin.Leasebridge(t), "run", "-c", path, "--log-format", "text")
+	pr.cmd = exec.Command(testbin.Leasebridge(t), "run", "-c", path, "--log-format", logFormat)
 	pr.cmd.Stdout, pr.cmd.Stderr = logf, logf
 	if err := pr.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	cmd, done := pr.cmd, pr.done
 	go func() {
-		err := pr.cmd.Wait()
+		err := cmd.Wait()
 		var ee *exec.ExitError
 		switch {
 		case err == nil:
@@ -105,17 +115,16 @@ func (p *runPeers) start(t *testing.T, node string) *proc {
 			pr.exit = ee.ExitCode()
 		}
 		logf.Close()
-		close(pr.done)
+		close(done)
 	}()
 	t.Cleanup(func() {
-		_ = pr.cmd.Process.Kill()
-		<-pr.done
+		_ = cmd.Process.Kill()
+		<-done
 		if t.Failed() {
-			b, _ := os.ReadFile(pr.log)
-			t.Logf("%s log:\n%s", node, b)
+			b, _ := os.ReadFile(logf.Name())
+			t.Logf("%s log:\n%s", pr.name, b)
 		}
 	})
-	return pr
 }
 
 func (pr *proc) waitExit(t *testing.T, limit time.Duration) int {

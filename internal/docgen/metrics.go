@@ -24,6 +24,8 @@ func metricsTable() (string, error) {
 	m.TransportErrors.WithLabelValues("s", "t", "open").Add(0)
 	m.Takeovers.WithLabelValues("s").Add(0)
 	m.ClaimConflicts.WithLabelValues("s").Set(0)
+	m.TimingMismatch.WithLabelValues("s").Set(0)
+	m.TimingMismatches.WithLabelValues("s").Add(0)
 	families, err := reg.Gather()
 	if err != nil {
 		return "", err

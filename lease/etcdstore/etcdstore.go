@@ -1,6 +1,7 @@
 // Package etcdstore is the etcd implementation of lease.Store, and the
 // only package of leasebridge that imports the etcd client. A session's
-// row lives at KeyPrefix + session id as JSON {owner, node, epoch}; its
+// row lives at KeyPrefix + session id as the JSON of lease.Row ({owner,
+// node, epoch, timing}, durations in integer nanoseconds); its
 // version is the key's ModRevision. Every read is linearizable, every
 // write is a transaction comparing the ModRevision, and every call is
 // bounded by its context and by CallTimeout.
