@@ -26,6 +26,8 @@ type Metrics struct {
 	TransportErrors *prometheus.CounterVec
 	// Takeovers counts the times this process became a session's owner.
 	Takeovers *prometheus.CounterVec
+	// StoreUp is 1 while the lease store answers this process's probe.
+	StoreUp prometheus.Gauge
 }
 
 // States a session reports in leasebridge_session_state.
@@ -67,8 +69,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "leasebridge_takeovers_total",
 			Help: "Times this process became the session's owner.",
 		}, []string{"session"}),
+		StoreUp: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "leasebridge_lease_store_up",
+			Help: "1 while the lease store answers a linearizable probe every renew_interval within renew_call_timeout, 0 otherwise.",
+		}),
 	}
-	reg.MustRegister(m.FailureToFull, m.State, m.Epoch, m.RenewFailures, m.StepDowns, m.Budget, m.TransportErrors, m.Takeovers)
+	reg.MustRegister(m.FailureToFull, m.State, m.Epoch, m.RenewFailures, m.StepDowns, m.Budget, m.TransportErrors, m.Takeovers, m.StoreUp)
 	return m
 }
 
