@@ -15,10 +15,12 @@ import (
 )
 
 // storeHealth probes the lease store for the whole process: one cheap
-// linearizable call every renew_interval, bounded by renew_call_timeout
-// (the smallest of each among the sessions), so a lost store shows on the
-// gauge, /readyz and the log within StoreDetectionBound of the cut, also
-// for a node that owns nothing and so renews nothing.
+// linearizable call every half renew_interval, bounded by
+// renew_call_timeout (the smallest of each among the sessions), so a lost
+// store shows on the gauge, /readyz and the log within half a
+// renew_interval plus renew_call_timeout of the cut, inside
+// StoreDetectionBound with half a renew_interval to spare for a loaded
+// machine; also on a node that owns nothing and so renews nothing.
 type storeHealth struct {
 	store             lease.Store
 	key               string // read when the store is not a lease.Pinger
@@ -60,6 +62,7 @@ func newStoreHealth(o Options) *storeHealth {
 	h := &storeHealth{store: o.Store, endpoints: redactEndpoints(o.StoreEndpoints), raw: o.StoreEndpoints,
 		log: o.Logger, gauge: o.Metrics.StoreUp}
 	h.interval, h.timeout = probeCadence(o.Reports)
+	h.interval /= 2
 	if len(o.Reports) > 0 {
 		h.key = o.Reports[0].Session
 	}
