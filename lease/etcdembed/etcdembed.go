@@ -110,11 +110,11 @@ func Start(ctx context.Context, dir string) (*Server, error) {
 func StartWith(ctx context.Context, o Options) (*Server, error) {
 	dir := o.Dir
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, classify(fmt.Errorf("etcdembed: create data directory %s: %w", dir, err), dir)
+		return nil, Classify(fmt.Errorf("etcdembed: create data directory %s: %w", dir, err), dir)
 	}
 	unlock, err := lockDir(dir)
 	if err != nil {
-		return nil, classify(err, dir)
+		return nil, Classify(err, dir)
 	}
 	warnFree(o.Logger, dir)
 	quiet := new(atomic.Bool)
@@ -147,7 +147,7 @@ func StartWith(ctx context.Context, o Options) (*Server, error) {
 	}
 	if r.err != nil {
 		unlock()
-		return nil, classify(fmt.Errorf("etcdembed: start in %s: %w", dir, r.err), dir)
+		return nil, Classify(fmt.Errorf("etcdembed: start in %s: %w", dir, r.err), dir)
 	}
 	s := &Server{Endpoints: []string{endpoint}, etcd: r.e, unlock: unlock, quiet: quiet}
 	return s, s.waitReady(ctx, dir)
@@ -162,7 +162,7 @@ func (s *Server) waitReady(ctx context.Context, dir string) error {
 	case <-s.etcd.Server.ReadyNotify():
 		return nil
 	case e := <-s.etcd.Err():
-		err = classify(fmt.Errorf("etcdembed: member in %s failed: %w", dir, e), dir)
+		err = Classify(fmt.Errorf("etcdembed: member in %s failed: %w", dir, e), dir)
 	case <-ctx.Done():
 		err = fmt.Errorf("%w: %w", ErrNotReady, ctx.Err())
 	case <-t.C:

@@ -94,7 +94,7 @@ func (h fatalHook) OnWrite(ce *zapcore.CheckedEntry, fields []zapcore.Field) {
 			break
 		}
 	}
-	h.onFatal(classify(err, h.dir))
+	h.onFatal(Classify(err, h.dir))
 	// onFatal must not return; if it does, stop this goroutine rather than
 	// let etcd run on after an unrecoverable error.
 	select {}
@@ -114,9 +114,10 @@ func newZapLogger(log *slog.Logger, dir string, onFatal func(error), quiet *atom
 	return zap.New(core, zap.WithFatalHook(h), zap.WithPanicHook(h))
 }
 
-// classify wraps err with ErrDiskFull when the disk is full: etcd reports
-// ENOSPC both as a wrapped error and, from some paths, only as text.
-func classify(err error, dir string) error {
+// Classify wraps err with ErrDiskFull, naming dir, when the disk is full:
+// etcd reports ENOSPC both as a wrapped error and, from some paths, only
+// as text.
+func Classify(err error, dir string) error {
 	if err == nil || errors.Is(err, ErrDiskFull) {
 		return err
 	}
