@@ -16,6 +16,7 @@ import (
 	"github.com/leasebridge/leasebridge/failover"
 	"github.com/leasebridge/leasebridge/internal/faultproxy"
 	"github.com/leasebridge/leasebridge/internal/testbin"
+	"github.com/leasebridge/leasebridge/internal/testetcd"
 	"github.com/leasebridge/leasebridge/lease/etcdembed"
 )
 
@@ -223,5 +224,38 @@ func checkDevFull(t *testing.T) {
 	_, err = f.Write([]byte("x"))
 	if err = etcdembed.Classify(err, "/dev/full"); !errors.Is(err, etcdembed.ErrDiskFull) || embeddedCause(err) != "disk full (ENOSPC)" {
 		t.Fatalf("write to /dev/full: %v, not classified as a full disk", err)
+	}
+}
+
+// At start-up, a lease store that refuses the credentials exits 2
+// (invalid configuration); one that is unreachable while the client must
+// fetch a token exits 1 (runtime failure). The password never reaches the
+// log.
+func TestRunStoreCredentialsAtStart(t *testing.T) {
+	p := startRunPeers(t)
+	c := testetcd.StartEmbedded(t, 1)
+	if err := c.EnableAuth(context.Background(), "s3cret-pw"); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("LB_TEST_PW", "wrong-pw")
+	for _, tc := range []struct {
+		name, etcd string
+		want       int
+	}{
+		{"refused", c.Endpoints()[0], failover.ExitInvalid},
+		{"unreachable", "http://" + testbin.FreeAddr(t), failover.ExitFailure},
+	} {
+		addr := testbin.FreeAddr(t)
+		y := testbin.Config(testbin.Bridge{Etcd: tc.etcd, Broker: p.broker.URL, PLC: p.plc.Addr(), Node: tc.name, HTTP: addr,
+			KeyPrefix: "/auth-test/", Topic: "{tag}"})
+		y = strings.Replace(y, "key_prefix: /auth-test/}", "key_prefix: /auth-test/, username: root, password_env: LB_TEST_PW, dial_timeout: 1s}", 1)
+		pr := launch(t, t.TempDir(), tc.name, addr, y)
+		// Within the dial timeout plus the process's start.
+		if code := pr.waitExit(t, 10*time.Second); code != tc.want {
+			t.Errorf("%s: exit %d, want %d:\n%s", tc.name, code, tc.want, pr.logText())
+		}
+		if strings.Contains(pr.logText(), "wrong-pw") {
+			t.Errorf("%s: the password is in the log", tc.name)
+		}
 	}
 }

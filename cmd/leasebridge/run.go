@@ -72,7 +72,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	code, err := serve(ctx, cfg, reports, log, nil)
 	if err != nil {
-		log.Error("run", "err", err, "exit_status", code)
+		log.Error("run failed", "err", err, "exit_status", code)
 	}
 	return code
 }

@@ -4,37 +4,21 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"os"
 	"runtime"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 
 	"go.uber.org/zap"
 )
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // etcd's warnings reach our log with their fields; its info does not.
 func TestZapToSlog(t *testing.T) {
-	var buf lockedBuffer
+	// Synchronous: zap writes on the caller's goroutine.
+	var buf bytes.Buffer
 	lg := newZapLogger(slog.New(slog.NewTextHandler(&buf, nil)), t.TempDir(), nil, new(atomic.Bool))
 	lg.Info("chatty")
 	lg.With(zap.String("member", "m1")).Warn("slow fdatasync", zap.Int("took_ms", 1200))
@@ -54,7 +38,7 @@ func TestFatalGoesToOnFatal(t *testing.T) {
 	defer f.Close()
 	_, werr := f.Write([]byte("x"))
 	got := make(chan error, 1)
-	lg := newZapLogger(slog.New(slog.NewTextHandler(&lockedBuffer{}, nil)), "/data", func(err error) {
+	lg := newZapLogger(slog.New(slog.NewTextHandler(io.Discard, nil)), "/data", func(err error) {
 		got <- err
 		runtime.Goexit() // OnFatal must not return; the process would exit here
 	}, new(atomic.Bool))
