@@ -259,3 +259,24 @@ func TestRunStoreCredentialsAtStart(t *testing.T) {
 		}
 	}
 }
+
+// `admit` and `run` share 0, 1 and 2, and docs/operations.md's table
+// (failover.ExitStatuses) lists every status run returns, once each.
+func TestExitStatusesAgree(t *testing.T) {
+	if exitOK != failover.ExitOK || exitRefused != failover.ExitFailure || exitInvalid != failover.ExitInvalid {
+		t.Errorf("admit's 0/1/2 (%d/%d/%d) differ from run's (%d/%d/%d)", exitOK, exitRefused, exitInvalid,
+			failover.ExitOK, failover.ExitFailure, failover.ExitInvalid)
+	}
+	seen := map[int]bool{}
+	for _, e := range failover.ExitStatuses {
+		if seen[e.Code] || e.When == "" || e.Do == "" {
+			t.Errorf("exit status %d listed twice or without when/do", e.Code)
+		}
+		seen[e.Code] = true
+	}
+	for _, c := range []int{failover.ExitOK, failover.ExitFailure, failover.ExitInvalid, failover.ExitStepDown} {
+		if !seen[c] {
+			t.Errorf("exit status %d is not in failover.ExitStatuses", c)
+		}
+	}
+}
