@@ -46,7 +46,9 @@ var ExitStatuses = []ExitStatus{
 		"read the `ERROR` line; `leasebridge admit -c FILE` shows the budgets; a restart retries"},
 	{ExitInvalid, "invalid configuration or command line, including a lease store that refuses the configured credentials at start-up",
 		"fix the file at the reported `file:line:column`, or the credentials"},
-	{ExitStepDown, "broker-path step-down: the broker path stayed not converged for `broker_health_step_down`; every lease was released",
+	{ExitStepDown, "broker-path step-down: the broker path stayed not converged for `broker_health_step_down`; every lease was released " +
+		"(`stepped down: every lease released`; if the store did not confirm a release, `stepped down: lease releases failed` " +
+		"and standbys take over after `lease_ttl`)",
 		"let the orchestrator restart it (`Restart=always`, Kubernetes); it rejoins as a standby"},
 }
 

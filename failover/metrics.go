@@ -71,7 +71,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"session"}),
 		StoreUp: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "leasebridge_lease_store_up",
-			Help: "1 while the lease store answers the linearizable probe sent every half renew_interval within renew_call_timeout, 0 otherwise.",
+			Help: "1 while the lease store answers the linearizable probe this process sends several times per renew_interval, each within renew_call_timeout; 0 otherwise.",
 		}),
 	}
 	reg.MustRegister(m.FailureToFull, m.State, m.Epoch, m.RenewFailures, m.StepDowns, m.Budget, m.TransportErrors, m.Takeovers, m.StoreUp)

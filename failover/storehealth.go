@@ -14,13 +14,19 @@ import (
 	"github.com/leasebridge/leasebridge/lease"
 )
 
+// ProbesPerRenewInterval is how many store probes the process sends per
+// renew_interval (the smallest among its sessions). A lost store shows
+// within one probe period plus renew_call_timeout; probing more often than
+// once per renew_interval leaves the rest of StoreDetectionBound as slack
+// for a loaded machine, for one cheap call per period per process.
+const ProbesPerRenewInterval = 4
+
 // storeHealth probes the lease store for the whole process: one cheap
-// linearizable call every half renew_interval, bounded by
-// renew_call_timeout (the smallest of each among the sessions), so a lost
-// store shows on the gauge, /readyz and the log within half a
-// renew_interval plus renew_call_timeout of the cut, inside
-// StoreDetectionBound with half a renew_interval to spare for a loaded
-// machine; also on a node that owns nothing and so renews nothing.
+// linearizable call every renew_interval / ProbesPerRenewInterval, bounded
+// by renew_call_timeout (the smallest of each among the sessions), so a
+// lost store shows on the gauge, /readyz and the log within
+// StoreDetectionBound of the cut, also on a node that owns nothing and so
+// renews nothing.
 type storeHealth struct {
 	store             lease.Store
 	key               string // read when the store is not a lease.Pinger
@@ -62,7 +68,7 @@ func newStoreHealth(o Options) *storeHealth {
 	h := &storeHealth{store: o.Store, endpoints: redactEndpoints(o.StoreEndpoints), raw: o.StoreEndpoints,
 		log: o.Logger, gauge: o.Metrics.StoreUp}
 	h.interval, h.timeout = probeCadence(o.Reports)
-	h.interval /= 2
+	h.interval /= ProbesPerRenewInterval
 	if len(o.Reports) > 0 {
 		h.key = o.Reports[0].Session
 	}

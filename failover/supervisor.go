@@ -206,15 +206,21 @@ func (sv *Supervisor) runStepDown(req stepDownRequest) {
 	}
 	cancel()
 	ctx, cancel = context.WithTimeout(context.Background(), stage)
+	released := "every lease released"
 	if err := s.mgr.Release(ctx); err != nil {
 		// The standby then waits out lease_ttl: the owner-death path.
 		log.Error("lease release failed; standbys take over after lease_ttl", "bound", stage.String(), "err", err)
+		released = "lease releases failed"
 	}
 	cancel()
 	log.Info("settlement grace", "step_down_grace", grace.String())
 	time.Sleep(grace)
-	_ = sv.releaseAll(s) // each failure is logged; the exit status stays ExitStepDown
-	sv.o.Logger.Error("stepped down: every lease released; exiting for a restart as standby",
+	// Each failure is logged; the exit status stays ExitStepDown, since a
+	// restart as standby is what the process needs either way.
+	if sv.releaseAll(s) != nil {
+		released = "lease releases failed"
+	}
+	sv.o.Logger.Error("stepped down: "+released+"; exiting for a restart as standby",
 		"exit_status", ExitStepDown, "session", s.name, "broker_err", req.state.Err)
 }
 

@@ -137,7 +137,7 @@ func render() (map[string][]byte, error) {
 		"StartupLog": startup,
 		"ExitOK":     failover.ExitOK, "ExitRefused": failover.ExitFailure, "ExitInvalid": failover.ExitInvalid,
 		"ExitFailure": failover.ExitFailure, "Exits": exitTable(),
-		"Metrics": metrics, "GCPercent": failover.GCPercent,
+		"Metrics": metrics, "GCPercent": failover.GCPercent, "Probes": failover.ProbesPerRenewInterval,
 	}
 	for k, v := range embeddedDisk() {
 		opsData[k] = v
