@@ -35,6 +35,8 @@ type Metrics struct {
 	// TimingMismatches counts the distinct owner timings seen that differ
 	// from this node's.
 	TimingMismatches *prometheus.CounterVec
+	// StoreUp is 1 while the lease store answers this process's probe.
+	StoreUp prometheus.Gauge
 }
 
 // States a session reports in leasebridge_session_state.
@@ -88,9 +90,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "leasebridge_timing_mismatches_total",
 			Help: "Distinct row-owner lease timings seen that differ from this node's.",
 		}, []string{"session"}),
+		StoreUp: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "leasebridge_lease_store_up",
+			Help: "1 while the lease store answers the linearizable probe this process sends several times per renew_interval, each within renew_call_timeout; 0 otherwise.",
+		}),
 	}
 	reg.MustRegister(m.FailureToFull, m.State, m.Epoch, m.RenewFailures, m.StepDowns, m.Budget, m.TransportErrors, m.Takeovers,
-		m.ClaimConflicts, m.TimingMismatch, m.TimingMismatches)
+		m.ClaimConflicts, m.TimingMismatch, m.TimingMismatches, m.StoreUp)
 	return m
 }
 

@@ -69,6 +69,14 @@ type Store interface {
 	Release(ctx context.Context, key string, expect int64, epoch uint64) error
 }
 
+// Pinger is a Store that can tell whether it is reachable with one cheap
+// linearizable call, without reading any session's row.
+type Pinger interface {
+	// Ping returns nil when the store answered a linearizable request
+	// within ctx.
+	Ping(ctx context.Context) error
+}
+
 // Sentinel errors.
 var (
 	// ErrConflict reports a compare-and-swap whose expected version no

@@ -21,10 +21,11 @@ type Config struct {
 	// Node names this bridge; the owner identity is Node plus a suffix new
 	// at every process start. Defaults to the host name at run time.
 	Node string `yaml:"node"`
-	// DataDir holds the embedded lease store of a standalone node and the
-	// persistent OPC UA client certificate.
+	// DataDir holds the embedded lease store of a standalone node (in
+	// data_dir/etcd, locked by data_dir/etcd.lock; docs/operations.md gives
+	// the disk it needs) and the persistent OPC UA client certificate.
 	DataDir string `yaml:"data_dir"`
-	// HTTPListen is the address of /metrics, /healthz and /readyz.
+	// HTTPListen is the address of /metrics, /healthz, /readyz and /sessions.
 	HTTPListen string `yaml:"http_listen"`
 	// LeaseStore is where the lease rows live.
 	LeaseStore LeaseStore `yaml:"lease_store"`

@@ -20,6 +20,7 @@ import (
 	"github.com/leasebridge/leasebridge/admission"
 	"github.com/leasebridge/leasebridge/failover"
 	"github.com/leasebridge/leasebridge/internal/report"
+	"github.com/leasebridge/leasebridge/lease/etcdembed"
 	"github.com/leasebridge/leasebridge/routes"
 )
 
@@ -135,11 +136,16 @@ func render() (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	ops, err := execute(operationsTmpl, map[string]any{
+	opsData := map[string]any{
 		"StartupLog": startup,
-		"ExitOK":     report.ExitAdmitted, "ExitRefused": report.ExitRefused, "ExitInvalid": report.ExitInvalid,
-		"ExitStepDown": failover.ExitStepDown, "Metrics": metrics, "GCPercent": failover.GCPercent,
-	})
+		"ExitOK":     failover.ExitOK, "ExitRefused": failover.ExitFailure, "ExitInvalid": failover.ExitInvalid,
+		"ExitFailure": failover.ExitFailure, "Exits": exitTable(),
+		"Metrics": metrics, "GCPercent": failover.GCPercent, "Probes": failover.ProbesPerRenewInterval,
+	}
+	for k, v := range embeddedDisk() {
+		opsData[k] = v
+	}
+	ops, err := execute(operationsTmpl, opsData)
 	if err != nil {
 		return nil, err
 	}
@@ -194,4 +200,27 @@ func admitExample() (string, error) {
 		return "", err
 	}
 	return b.String(), nil
+}
+
+// exitTable renders failover.ExitStatuses.
+func exitTable() string {
+	var b strings.Builder
+	b.WriteString("| exit status | when | what to do |\n|---|---|---|\n")
+	for _, e := range failover.ExitStatuses {
+		fmt.Fprintf(&b, "| %d | %s | %s |\n", e.Code, e.When, e.Do)
+	}
+	return b.String()
+}
+
+// embeddedDisk are the embedded store's disk numbers, in MB (10^6 bytes,
+// etcd's own unit for WAL segments).
+func embeddedDisk() map[string]any {
+	mb := func(n int64) string { return fmt.Sprintf("%d", (n+999_999)/1_000_000) }
+	seg := etcdembed.WALSegmentBytes()
+	return map[string]any{
+		"WALSegmentMB": mb(seg), "MaxWALFiles": etcdembed.MaxWALFiles, "MaxSnapFiles": etcdembed.MaxSnapFiles,
+		"WALMB": mb(int64(etcdembed.MaxWALFiles+1) * seg), "QuotaMB": mb(etcdembed.QuotaBytes),
+		"Compaction": etcdembed.CompactionRetention, "DiskNeedMB": mb(etcdembed.DiskNeed()),
+		"FirstStartMB": mb(2 * seg), "EmbedClose": admission.FormatSeconds(etcdembed.CloseTimeout),
+	}
 }
