@@ -53,7 +53,7 @@ type bridge struct {
 	frozen bool
 	starts int
 
-	logMu sync.Mutex
+	logMu  sync.Mutex
 	logOff int64     // bytes of the log file parsed so far
 	lines  []logLine // every JSON line with a msg, in order
 }
