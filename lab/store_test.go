@@ -75,9 +75,12 @@ func (l *lab) cutStore(tr *trial, owner *bridge, m faultproxy.Mode, delay time.D
 	return t0, true
 }
 
-// healStore lifts the owner's store fault and waits until the old owner,
-// fenced, answers as a standby again.
+// healStore lifts the owner's store fault once its fence deadline has
+// passed (so a successor that took over too early meets an owner still
+// serving, not one that learnt it lost from the healed store), and waits
+// until the old owner, fenced, answers as a standby again.
 func (l *lab) healStore(tr *trial, owner *bridge) {
+	_ = sleepCtx(l.ctx, time.Until(tr.FenceBy))
 	if err := owner.store.set(faultproxy.Pass, 0); err != nil {
 		tr.fail("%s store path: %v", owner.name, err)
 		return
