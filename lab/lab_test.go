@@ -301,6 +301,15 @@ func (l *lab) run(tr *trial, k kind) {
 	tr.PeakOpen = l.rec.peakOpen(from, to)
 	tr.PeakServing = l.rec.peakServing(from, to)
 	tr.Stale = l.watch.staleBetween(from, to)
+	// Every term that published during the trial has logged its start, or
+	// will: wait for the lines before listing the terms.
+	ctx, cancel := context.WithTimeout(l.ctx, l.report.OwnerDeath.Total)
+	for _, e := range l.watch.epochsAbove(tr.Epoch, from, to) {
+		if _, err := l.waitTerm(ctx, e); err != nil {
+			tr.fail("%v", err)
+		}
+	}
+	cancel()
 	for _, b := range l.bridges {
 		for _, e := range b.logEvents("became owner") {
 			if !e.Time.Before(from) && !e.Time.After(to) {

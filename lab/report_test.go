@@ -265,6 +265,9 @@ func (l *lab) budgetText(tr *trial) string {
 }
 
 func (l *lab) mdGoal(w writef) {
+	if !slices.ContainsFunc(l.trials, func(tr *trial) bool { return (tr.Kind == kindKill || tr.Kind == kindStop) && tr.Failover }) {
+		return
+	}
 	w("## Owner-death goal\n\n")
 	w("Goal: median <= (lease_ttl + 1.25 x acquire_poll_interval + measured activation) + 10 %%.\n\n")
 	w("| fault | trials | median activation | goal | median outside | median metric | met |\n|---|---|---|---|---|---|---|\n")
