@@ -46,17 +46,20 @@ const (
 	kindSIGTERM   = "owner SIGTERM (graceful)"
 	kindPartition = "owner store path blackholed"
 	kindDrop      = "owner store responses dropped"
-	kindDelay     = "owner store responses delayed 1-2x renew_call_timeout"
+	kindDelay     = "owner store responses delayed 1.5-2x renew_call_timeout"
 	kindRollShort = "rolling change: a standby restarted with a shorter lease_ttl, then owner store path blackholed"
 	kindRollLong  = "rolling change: a node restarted with a longer lease_ttl takes the lease, then its store path blackholed"
 )
 
 // healFactors are the partition lengths, in lease_ttl, of the heal kind's
 // rounds; delayFactors the response delays, in renew_call_timeout, of the
-// delay kind's rounds.
+// delay kind's rounds. A delay of exactly renew_call_timeout races the
+// call's own timer (a renew sent after the fault may still be taken as
+// acknowledged), so the shortest is 1.5x: 100 ms of scheduling slack at
+// the lab's timing.
 var (
 	healFactors  = []float64{0.5, 1, 2}
-	delayFactors = []float64{1, 1.5, 2}
+	delayFactors = []float64{1.5, 1.75, 2}
 )
 
 func healKind(f float64) string {

@@ -176,13 +176,25 @@ func (l *lab) mdMethod(w writef) {
 	w("  lets renews land again, so there it does not apply.\n")
 	w("- **Store faults** act on the owner's store path only: *blackholed* drops every byte both\n")
 	w("  ways and keeps the sockets open (no reset); *responses dropped* lets requests reach etcd\n")
-	w("  (renews land) and discards the answers; *responses delayed* delivers them 1, 1.5 or 2 x\n")
-	w("  renew_call_timeout late, after the call gave up; *healed* lifts a blackhole after 0.5, 1\n")
-	w("  or 2 x lease_ttl. A partition shorter than FenceAfter may leave the lease with its owner.\n")
+	w("  (renews land) and discards the answers; *responses delayed* delivers them %s x\n", factors(delayFactors))
+	w("  renew_call_timeout late, after the call gave up; *healed* lifts a blackhole after %s\n", factors(healFactors))
+	w("  x lease_ttl. A partition shorter than FenceAfter may leave the lease with its owner.\n")
 	w("- **Rolling change**: one node is restarted gracefully with another lease_ttl while the\n")
 	w("  fleet runs (shorter: a standby; longer: a standby that is then handed the lease while the\n")
 	w("  other standby is frozen), the owner's store path is blackholed, and the node is restored\n")
 	w("  to the shared configuration. The takeover is held to the mixed-fleet budget.\n\n")
+}
+
+// factors lists fs as "a, b or c".
+func factors(fs []float64) string {
+	var parts []string
+	for _, f := range fs {
+		parts = append(parts, fmt.Sprint(f))
+	}
+	if len(parts) < 2 {
+		return strings.Join(parts, "")
+	}
+	return strings.Join(parts[:len(parts)-1], ", ") + " or " + parts[len(parts)-1]
 }
 
 // kindLabels are the trials' kinds in the order they first ran.
