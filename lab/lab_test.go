@@ -372,10 +372,10 @@ func (l *lab) witness(tr *trial) {
 	}
 }
 
-// settle restarts every ended process (as an orchestrator would), lifts
-// every broker-path and store-path fault and waits for one owner at
-// ServiceLevelFull whose values are reaching its broker and two answering
-// standbys.
+// settle lifts every broker-path and store-path fault, restarts every
+// ended process (as an orchestrator would, also while it waits) and waits
+// for one owner at ServiceLevelFull whose values are reaching its broker
+// and two answering standbys.
 func (l *lab) settle() (*bridge, uint64, error) {
 	for _, b := range l.bridges {
 		if b.isFrozen() {
@@ -389,14 +389,16 @@ func (l *lab) settle() (*bridge, uint64, error) {
 		if err := b.store.set(faultproxy.Pass, 0); err != nil {
 			return nil, 0, err
 		}
-		if !b.running() {
-			b.start(l.t)
-		}
 	}
 	limit := 2 * l.report.OwnerDeath.Total
 	deadline := time.Now().Add(limit)
 	var last string
 	for time.Now().Before(deadline) {
+		for _, b := range l.bridges {
+			if !b.running() {
+				b.start(l.t)
+			}
+		}
 		var owner *bridge
 		owners, standbys := 0, 0
 		var states []string

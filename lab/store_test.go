@@ -312,6 +312,10 @@ func (l *lab) handTo(tr *trial, x, other *bridge) bool {
 		tr.fail("handing the lease to %s: %v", x.name, err)
 		return false
 	}
+	if code, _, err := owner.waitExit(l.report.OwnerDeath.Total); err != nil || code != 0 {
+		tr.fail("%s: exit %d after SIGTERM (%v), want 0", owner.name, code, err)
+		return false
+	}
 	tr.note("lease handed to %s", x.name)
 	return true
 }
