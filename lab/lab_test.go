@@ -98,11 +98,12 @@ const defaultRounds = 9
 // trial is one fault and what was measured.
 type trial struct {
 	N, Round int
-	Kind     string
-	Owner    string
-	Succ     string
-	Epoch    uint64 // the owner's epoch before the fault
-	NewEpoch uint64 // the successor's; 0 when no failover happened
+	// Kind is the label (with its variant); Short the kind's name.
+	Kind, Short string
+	Owner       string
+	Succ        string
+	Epoch       uint64 // the owner's epoch before the fault
+	NewEpoch    uint64 // the successor's; 0 when no failover happened
 	// Failover is false when the lease stayed with its owner.
 	Failover bool
 	// BudgetName and Budget are the admitted bound this trial is held to.
@@ -180,6 +181,8 @@ type lab struct {
 	report  admission.Report
 	trials  []*trial
 	began   time.Time
+	// loadStart is the load average when the lab started.
+	loadStart string
 }
 
 // selectKinds reads LEASEBRIDGE_LAB_KINDS.
@@ -218,7 +221,7 @@ func TestFailoverLab(t *testing.T) {
 	l := startLab(t)
 	for round := 1; round <= rounds; round++ {
 		for _, k := range run {
-			tr := &trial{N: len(l.trials) + 1, Round: round, Kind: k.label(round), FencedRequests: -1}
+			tr := &trial{N: len(l.trials) + 1, Round: round, Kind: k.label(round), Short: k.short, FencedRequests: -1}
 			l.trials = append(l.trials, tr)
 			l.run(tr, k)
 			for _, e := range tr.Errs {
@@ -260,7 +263,7 @@ func startLab(t *testing.T) *lab {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	testbin.Leasebridge(t) // build before starting the clocks
-	l := &lab{t: t, ctx: ctx, began: time.Now()}
+	l := &lab{t: t, ctx: ctx, began: time.Now(), loadStart: loadAverage()}
 	l.etcd = testetcd.StartBinary(t, 3)
 	l.dev = startDevice(ctx, t)
 	l.rec = recordPLC(ctx, l.dev.proxy)

@@ -36,6 +36,16 @@ func maxDur(ds []time.Duration) time.Duration {
 	return m
 }
 
+// loadAverage is the 1-minute load average from /proc/loadavg ("?" where
+// there is none).
+func loadAverage() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(data)); err == nil && len(f) > 0 {
+		return f[0]
+	}
+	return "?"
+}
+
 // firstLine runs a command and returns the first line it printed.
 func firstLine(name string, args ...string) string {
 	out, _ := exec.Command(name, args...).CombinedOutput()
@@ -102,7 +112,8 @@ func (l *lab) mdIntro(w writef) {
 
 	w("## Run\n\n")
 	w("- When: %s; %d trials in %s.\n", l.began.UTC().Format("2006-01-02 15:04 MST"), len(l.trials), time.Since(l.began).Round(time.Second))
-	w("- Machine: %d CPUs (`%s`/`%s`), shared with other test runs; %s.\n", runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version())
+	w("- Machine: %d CPUs (`%s`/`%s`), shared with other test runs (load average %s at the start, %s at the end); %s.\n",
+		runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, l.loadStart, loadAverage(), runtime.Version())
 	w("- Peers: %s, %s, Modbus server `github.com/simonvetter/modbus` (`lab/device_test.go`) behind `internal/faultproxy`.\n",
 		firstLine("etcd", "--version"), firstLine(testmqtt.LookMosquitto(l.t), "-h"))
 	var names []string
@@ -197,14 +208,17 @@ func factors(fs []float64) string {
 	return strings.Join(parts[:len(parts)-1], ", ") + " or " + parts[len(parts)-1]
 }
 
-// kindLabels are the trials' kinds in the order they first ran.
+// kindLabels are the trials' kinds in the order of kinds, each kind's
+// variants in the order they first ran.
 func (l *lab) kindLabels() []string {
 	var out []string
 	seen := map[string]bool{}
-	for _, tr := range l.trials {
-		if !seen[tr.Kind] {
-			seen[tr.Kind] = true
-			out = append(out, tr.Kind)
+	for _, k := range kinds {
+		for _, tr := range l.trials {
+			if tr.Short == k.short && !seen[tr.Kind] {
+				seen[tr.Kind] = true
+				out = append(out, tr.Kind)
+			}
 		}
 	}
 	return out
