@@ -88,8 +88,8 @@ func Parse(file string, data []byte) (*Config, error) {
 		sortErrors(d.errs)
 		return nil, d.errs
 	}
-	cfg.applyDefaults()
 	cfg.positions = d.lines
+	cfg.applyDefaults()
 	if errs := cfg.validate(); len(errs) > 0 {
 		sortErrors(errs)
 		return nil, errs
