@@ -26,6 +26,8 @@ type Metrics struct {
 	TransportErrors *prometheus.CounterVec
 	// Takeovers counts the times this process became a session's owner.
 	Takeovers *prometheus.CounterVec
+	// WriteRequests counts write requests by outcome (the reply code).
+	WriteRequests *prometheus.CounterVec
 }
 
 // States a session reports in leasebridge_session_state.
@@ -67,8 +69,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "leasebridge_takeovers_total",
 			Help: "Times this process became the session's owner.",
 		}, []string{"session"}),
+		WriteRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasebridge_write_requests_total",
+			Help: "Write requests by outcome: the reply code (ok, busy, stale, invalid, ...; docs/writes.md), or dropped.",
+		}, []string{"session", "route", "outcome"}),
 	}
-	reg.MustRegister(m.FailureToFull, m.State, m.Epoch, m.RenewFailures, m.StepDowns, m.Budget, m.TransportErrors, m.Takeovers)
+	reg.MustRegister(m.FailureToFull, m.State, m.Epoch, m.RenewFailures, m.StepDowns, m.Budget, m.TransportErrors, m.Takeovers, m.WriteRequests)
 	return m
 }
 
