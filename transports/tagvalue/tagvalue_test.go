@@ -186,7 +186,7 @@ func TestUnscale(t *testing.T) {
 		{"-25", ptr(0.1), 0, "-250"},
 		{-253.5, nil, -273.5, "20"},
 		{11, ptr(2.5), 1, "4"},
-		{25.5, ptr(0.1), 20, "55"},   // exact: 5.5/0.1 in floats is 54.99999999999999
+		{25.5, ptr(0.1), 20, "55"},    // exact: 5.5/0.1 in floats is 54.99999999999999
 		{21.55, ptr(0.1), 0, "215.5"}, // not an integer: refused by Integer
 	} {
 		n, err := ToNumber(tc.v)
