@@ -94,6 +94,8 @@ type WriteReply struct {
 	Epoch   uint64 `json:"epoch"`
 	// Timestamp is when the outcome was decided, Unix milliseconds.
 	Timestamp int64 `json:"timestamp"`
+
+	resent bool // a reply published before, sent again: not a new outcome
 }
 
 // writeReq is a parsed request.
@@ -162,7 +164,7 @@ func (w *writer) enqueue(m mqtt.Message) {
 			w.forget(req.id)
 		}
 	}
-	w.send(replyJob{m: m, rep: rep, clear: rep.Code == WriteRetained})
+	w.send(replyJob{m: m, rep: rep, clear: m.Retained})
 }
 
 // admit parses and judges a request on receipt; a non-nil reply refuses it.
@@ -171,20 +173,27 @@ func (w *writer) admit(m mqtt.Message, now time.Time) (writeReq, *WriteReply) {
 	if err != nil {
 		return req, w.reply(req, WriteInvalid, err.Error())
 	}
-	if m.Retained {
-		return req, w.reply(req, WriteRetained, "a retained request is never executed: it was published before this owner subscribed; it is cleared")
-	}
-	if rep := w.fresh(req, now); rep != nil {
-		return req, rep
-	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.pruneLocked(now)
 	prev, known := w.seen[req.id]
 	switch {
+	case m.Retained && known:
+		// The stored copy of a request this term received live: cleared,
+		// not answered twice.
+		return req, &WriteReply{}
+	case m.Retained:
+		return req, w.reply(req, WriteRetained, "a retained request is never executed: the broker replayed a stored message; it is cleared")
+	}
+	if rep := w.fresh(req, now); rep != nil {
+		return req, rep
+	}
+	switch {
 	case known && m.Duplicate && prev != nil:
 		// The broker resent a request this term answered: the same reply again.
-		return req, prev
+		again := *prev
+		again.resent = true
+		return req, &again
 	case known && m.Duplicate:
 		return req, &WriteReply{} // pending: its reply will come; acknowledged then
 	case known:
@@ -370,7 +379,12 @@ func (w *writer) publishReplies(ctx context.Context) {
 
 // publish sends one reply; false when ctx ended.
 func (w *writer) publish(ctx context.Context, j replyJob) bool {
-	if j.rep.Code == "" { // a redelivery of a pending request
+	if j.rep.Code == "" { // a second delivery of a request answered (or to be) once
+		if j.clear {
+			if err := w.local.Publish(ctx, j.m.Topic, 1, true, nil); err != nil {
+				return ctx.Err() == nil
+			}
+		}
 		j.m.Ack()
 		return true
 	}
@@ -391,7 +405,9 @@ func (w *writer) publish(ctx context.Context, j replyJob) bool {
 		w.t.s.log.Warn("write reply not published; the broker redelivers the request", "route", w.route.Name, "id", j.rep.ID, "err", err)
 		return true
 	}
-	w.audit(j.rep, j.rep.Code)
+	if !j.rep.resent {
+		w.audit(j.rep, j.rep.Code)
+	}
 	j.m.Ack()
 	return true
 }
