@@ -35,10 +35,28 @@ const (
 	WriteDeviceError = "device_error" // the device refused or did not answer
 )
 
-// WriteCodes lists every reply code.
-var WriteCodes = []string{WriteOK, WriteInvalid, WriteRetained, WriteRedelivered, WriteDuplicate,
-	WriteClockSkew, WriteStale, WriteBusy, WriteNotOwner, WriteUnknownTag, WriteReadOnly,
-	WriteBadValue, WriteDeviceError}
+// WriteCode describes one reply code: when it is decided and whether the
+// device was written. docs/writes.md is generated from WriteCodes.
+type WriteCode struct {
+	Code, Stage, Executed, Meaning string
+}
+
+// WriteCodes lists every reply code in the order a request meets them.
+var WriteCodes = []WriteCode{
+	{WriteOK, "device", "yes, once", "the device acknowledged the write"},
+	{WriteInvalid, "receipt", "no", "not a valid request: not one JSON object, trailing data, a duplicate or unknown key, a missing or wrongly typed field, a bound exceeded"},
+	{WriteRetained, "receipt", "no", "delivered as a retained message (the broker replayed a stored request, e.g. when a new owner subscribed); the stored copy is cleared"},
+	{WriteDuplicate, "receipt", "no (this copy)", "another request with this id was received by this owner within max_age + clock_skew"},
+	{WriteRedelivered, "receipt", "no (this copy)", "the broker redelivered the request (MQTT DUP flag) after an earlier connection or owner received it; that one may have executed it, so it is not executed again"},
+	{WriteClockSkew, "receipt, before the write", "no", "issued_at lies further in the future of the bridge's clock than clock_skew"},
+	{WriteStale, "receipt, before the write", "no", "issued_at lies more than max_age in the past, or expires_at has passed"},
+	{WriteBusy, "receipt", "no", "the route's queue was full (or too many ids are remembered); try again"},
+	{WriteNotOwner, "before the write", "no", "this process no longer owns the session (its lease ended or it fenced itself)"},
+	{WriteUnknownTag, "before the write", "no", "the device has no tag of that name"},
+	{WriteReadOnly, "before the write", "no", "the tag is not marked writable (or the device kind cannot write)"},
+	{WriteBadValue, "before the write", "no", "the value does not convert exactly to the tag's type (see Values)"},
+	{WriteDeviceError, "device", "unknown", "the device refused the write or did not answer in time; after a timeout the write may have taken effect"},
+}
 
 // Bounds of the write protocol, in docs/writes.md (checked by a test).
 const (

@@ -234,7 +234,7 @@ func DefaultValues() map[string]string {
 		"devices.*.cert_file": "<data_dir>/opcua/<device>-cert.pem (opcua)",
 		"devices.*.key_file":  "<data_dir>/opcua/<device>-key.pem (opcua)",
 		// Only a write route has a qos default other than 0.
-		"routes.*.qos": fmt.Sprintf("%d (write), 0 (poll, bridge)", DefaultWriteQoS),
+		"routes[*].qos": fmt.Sprintf("%d (write), 0 (poll, bridge)", DefaultWriteQoS),
 	}
 	for path, values := range raw {
 		if _, set := out[path]; set {

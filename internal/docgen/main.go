@@ -21,6 +21,7 @@ import (
 	"github.com/leasebridge/leasebridge/failover"
 	"github.com/leasebridge/leasebridge/internal/report"
 	"github.com/leasebridge/leasebridge/routes"
+	"github.com/leasebridge/leasebridge/transports/tagvalue"
 )
 
 //go:embed failover-budget.md.tmpl
@@ -34,6 +35,9 @@ var configurationTmpl string
 
 //go:embed operations.md.tmpl
 var operationsTmpl string
+
+//go:embed writes.md.tmpl
+var writesTmpl string
 
 // exampleConfig is admitted to produce the real output shown in
 // admit-json.md; the path is relative to this package, where go generate
@@ -140,7 +144,12 @@ func render() (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return map[string][]byte{"failover-budget.md": budget, "admit-json.md": admit, "configuration.md": config, "operations.md": ops}, nil
+	writes, err := execute(writesTmpl, writesData())
+	if err != nil {
+		return nil, err
+	}
+	return map[string][]byte{"failover-budget.md": budget, "admit-json.md": admit, "configuration.md": config, "operations.md": ops,
+		"writes.md": writes}, nil
 }
 
 func execute(tmpl string, data any) ([]byte, error) {
@@ -187,4 +196,17 @@ func admitExample() (string, error) {
 		return "", err
 	}
 	return b.String(), nil
+}
+
+// writesData is what docs/writes.md takes from the code: reply codes,
+// bounds and the write route's defaults.
+func writesData() map[string]any {
+	return map[string]any{
+		"Codes": failover.WriteCodes, "MaxRequest": failover.MaxWriteRequestBytes, "MaxID": failover.MaxWriteIDBytes,
+		"MaxTag": failover.MaxWriteTagBytes, "MaxMessage": failover.MaxWriteMessageBytes, "MaxReply": failover.MaxWriteReplyBytes,
+		"QueueDepth": failover.WriteQueueDepth, "IDs": failover.MaxWriteIDsRemembered, "QoS0Backlog": failover.MaxWriteQoS0Backlog,
+		"MaxNumber": tagvalue.MaxNumberLen, "MaxExponent": tagvalue.MaxExponent,
+		"MaxAge": admission.FormatSeconds(routes.DefaultWriteMaxAge), "ClockSkew": admission.FormatSeconds(routes.DefaultWriteClockSkew),
+		"QoS": routes.DefaultWriteQoS,
+	}
 }
