@@ -16,6 +16,7 @@ import (
 	"github.com/leasebridge/leasebridge/internal/testmqtt"
 	"github.com/leasebridge/leasebridge/lease/etcdembed"
 	"github.com/leasebridge/leasebridge/routes"
+	"github.com/leasebridge/leasebridge/transports/mqtt"
 )
 
 // requester publishes write requests and collects every reply.
@@ -99,6 +100,18 @@ func TestRunWritesAcrossOwnerDeath(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = p.plc.Close() })
 	req := newRequester(t, mq.URL)
+	var statusMu sync.Mutex
+	var statuses []mqtt.StatusMessage
+	if tok := req.c.Subscribe("leasebridge/plc/status", 1, func(_ paho.Client, m paho.Message) {
+		var s mqtt.StatusMessage
+		if json.Unmarshal(m.Payload(), &s) == nil {
+			statusMu.Lock()
+			statuses = append(statuses, s)
+			statusMu.Unlock()
+		}
+	}); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe status: %v", tok.Error())
+	}
 
 	a := p.start(t, "node-a")
 	if _, _, err := waitOwner(ctx, []*bridgeProc{a.bridgeProc}, nil, a.report.OwnerDeath.Total); err != nil {
@@ -214,6 +227,26 @@ func TestRunWritesAcrossOwnerDeath(t *testing.T) {
 	}
 	if rep := req.get("stale"); len(rep) != 1 || rep[0].AgeMS == nil || *rep[0].AgeMS <= maxAge.Milliseconds() {
 		t.Errorf("stale reply %+v: want one naming an age above max_age %s", rep, maxAge)
+	}
+	// Status: one "active" per takeover; the dead owner's "lost" names its
+	// connection, not a time it could not know.
+	statusMu.Lock()
+	actives := map[uint64]int{}
+	var lost []mqtt.StatusMessage
+	for _, s := range statuses {
+		switch s.State {
+		case mqtt.StateActive:
+			actives[s.Epoch]++
+		case mqtt.StateLost:
+			lost = append(lost, s)
+		}
+	}
+	statusMu.Unlock()
+	if actives[1] != 1 || actives[2] != 1 {
+		t.Errorf("active status messages per epoch %v, want one each for epochs 1 and 2", actives)
+	}
+	if len(lost) != 1 || lost[0].Epoch != 1 || lost[0].Timestamp != 0 || lost[0].ConnectedAt == 0 || lost[0].ConnectedAt > killed.UnixMilli() {
+		t.Errorf("lost status messages %+v: want one for epoch 1 with connected_at and no timestamp", lost)
 	}
 	if peak := p.plc.Proxy().Peak(); peak != 1 {
 		t.Errorf("PLC saw %d concurrent connections", peak)
