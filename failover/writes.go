@@ -182,7 +182,7 @@ func (w *writer) enqueue(m mqtt.Message) {
 			w.forget(req.id)
 		}
 	}
-	w.send(replyJob{m: m, rep: rep, clear: m.Retained})
+	w.decided(replyJob{m: m, rep: rep, clear: m.Retained})
 }
 
 // admit parses and judges a request on receipt; a non-nil reply refuses it.
@@ -309,7 +309,7 @@ func (w *writer) run(ctx context.Context, valid func() bool) {
 				w.seen[j.req.id] = rep
 			}
 			w.mu.Unlock()
-			w.send(replyJob{m: j.m, rep: rep})
+			w.decided(replyJob{m: j.m, rep: rep})
 		}
 	}
 }
@@ -348,9 +348,11 @@ func (w *writer) execute(ctx context.Context, req writeReq, valid func() bool) *
 	return w.reply(req, code, err.Error())
 }
 
-// send hands a reply to the reply goroutine. A QoS 0 request beyond
-// MaxWriteQoS0Backlog is dropped: QoS 0 has no flow control.
-func (w *writer) send(j replyJob) {
+// decided records an outcome the moment it is decided (audit log and
+// metric; a copy's repeated reply is not a new outcome) and hands the
+// reply to the reply goroutine. A QoS 0 request beyond
+// MaxWriteQoS0Backlog is dropped instead: QoS 0 has no flow control.
+func (w *writer) decided(j replyJob) {
 	w.mu.Lock()
 	if j.m.QoS == 0 && w.qos0 >= MaxWriteQoS0Backlog {
 		w.mu.Unlock()
@@ -362,6 +364,9 @@ func (w *writer) send(j replyJob) {
 	}
 	w.replies = append(w.replies, j)
 	w.mu.Unlock()
+	if j.rep.Code != "" && !j.rep.resent {
+		w.audit(j.rep, j.rep.Code)
+	}
 	select {
 	case w.wake <- struct{}{}:
 	default:
@@ -419,9 +424,6 @@ func (w *writer) publish(ctx context.Context, j replyJob) bool {
 		}
 		w.t.s.log.Warn("write reply not published; the broker redelivers the request", "route", w.route.Name, "id", j.rep.ID, "err", err)
 		return true
-	}
-	if !j.rep.resent {
-		w.audit(j.rep, j.rep.Code)
 	}
 	j.m.Ack()
 	return true
