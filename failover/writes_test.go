@@ -3,6 +3,7 @@ package failover_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,6 +23,10 @@ import (
 	"github.com/leasebridge/leasebridge/lease/etcdembed"
 	"github.com/leasebridge/leasebridge/lease/etcdstore"
 	"github.com/leasebridge/leasebridge/routes"
+	"github.com/leasebridge/leasebridge/transports"
+	"github.com/leasebridge/leasebridge/transports/modbus"
+	"github.com/leasebridge/leasebridge/transports/opcua"
+	"github.com/leasebridge/leasebridge/transports/s7"
 )
 
 // writeRig is one in-process bridge with a write route, against a real
@@ -336,4 +341,24 @@ func TestWriteBurstEveryRequestAnsweredOnce(t *testing.T) {
 		}
 	}
 	t.Logf("%d requests: outcomes %v; device writes %d", total, codes, len(writes))
+}
+
+// The write route tells refusals apart by the shared kinds each device
+// package's sentinels match; their texts stay the package's own.
+func TestDeviceRefusalsMatchSharedKinds(t *testing.T) {
+	kinds := []error{transports.ErrBadValue, transports.ErrUnknownTag, transports.ErrReadOnly}
+	for _, errs := range [][]error{
+		{modbus.ErrValue, modbus.ErrUnknownTag, modbus.ErrReadOnly},
+		{s7.ErrValue, s7.ErrUnknownTag, s7.ErrReadOnly},
+		{opcua.ErrValue, opcua.ErrUnknownTag, opcua.ErrReadOnly},
+	} {
+		for i, err := range errs {
+			wrapped := fmt.Errorf("write tag %q: %w", "t", err)
+			for j, kind := range kinds {
+				if errors.Is(wrapped, kind) != (i == j) {
+					t.Errorf("%v matches %v: %v, want %v", err, kind, !(i == j), i == j)
+				}
+			}
+		}
+	}
 }
