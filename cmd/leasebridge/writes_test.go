@@ -178,6 +178,37 @@ func TestRunWritesAcrossOwnerDeath(t *testing.T) {
 	if written[4000] != 1 {
 		t.Errorf("the retained request reached the device %d times, want 1 (live, never replayed)", written[4000])
 	}
+	// The stored copy was cleared: a new subscriber gets no retained
+	// request before a marker published after it subscribed.
+	marker := make(chan struct{})
+	var stored []string
+	var storedMu sync.Mutex
+	if tok := req.c.Subscribe("w/#", 1, func(_ paho.Client, m paho.Message) {
+		if m.Topic() == "w/marker" {
+			close(marker)
+			return
+		}
+		if m.Retained() && len(m.Payload()) > 0 {
+			storedMu.Lock()
+			stored = append(stored, string(m.Payload()))
+			storedMu.Unlock()
+		}
+	}); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe w/#: %v", tok.Error())
+	}
+	if tok := req.c.Publish("w/marker", 1, false, "x"); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	select {
+	case <-marker:
+	case <-time.After(10 * time.Second):
+		t.Fatal("marker not delivered")
+	}
+	storedMu.Lock()
+	if len(stored) != 0 {
+		t.Errorf("retained requests still stored on the broker: %q", stored)
+	}
+	storedMu.Unlock()
 	outcomes := map[string]int{}
 	for i, id := range ids {
 		v := uint16(1000 + i + 1)
