@@ -37,6 +37,8 @@ type Metrics struct {
 	TimingMismatches *prometheus.CounterVec
 	// StoreUp is 1 while the lease store answers this process's probe.
 	StoreUp prometheus.Gauge
+	// WriteRequests counts write requests by outcome (the reply code).
+	WriteRequests *prometheus.CounterVec
 }
 
 // States a session reports in leasebridge_session_state.
@@ -94,9 +96,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "leasebridge_lease_store_up",
 			Help: "1 while the lease store answers the linearizable probe this process sends several times per renew_interval, each within renew_call_timeout; 0 otherwise.",
 		}),
+		WriteRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasebridge_write_requests_total",
+			Help: "Write requests by outcome: the reply code (ok, busy, stale, invalid, ...; docs/writes.md), or dropped.",
+		}, []string{"session", "route", "outcome"}),
 	}
 	reg.MustRegister(m.FailureToFull, m.State, m.Epoch, m.RenewFailures, m.StepDowns, m.Budget, m.TransportErrors, m.Takeovers,
-		m.ClaimConflicts, m.TimingMismatch, m.TimingMismatches, m.StoreUp)
+		m.ClaimConflicts, m.TimingMismatch, m.TimingMismatches, m.StoreUp, m.WriteRequests)
 	return m
 }
 

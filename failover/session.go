@@ -220,11 +220,8 @@ func (s *session) serve(ev lease.Event, stop <-chan struct{}) {
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = b.Run(wctx) }()
 	}
-	for _, c := range t.brokers {
-		if err := c.PublishStatus(ctx, mqtt.StateActive, false); err != nil {
-			log.Warn("status", "broker", c.Name(), "err", err)
-		}
-	}
+	// "active" was published by each client's reconcile during Open: once
+	// per takeover, stamped when it happened.
 	t.markActivated()
 
 	var check <-chan time.Time

@@ -221,7 +221,7 @@ func TestServeWriteHealthAndGracefulHandover(t *testing.T) {
 	// A write request goes to the device and is answered with the epoch.
 	write := func(id, tag string, value any) failover.WriteReply {
 		t.Helper()
-		req, _ := json.Marshal(failover.WriteRequest{ID: id, Tag: tag, Value: value})
+		req, _ := json.Marshal(failover.WriteRequest{ID: id, Tag: tag, Value: value, IssuedAt: time.Now()})
 		if err := p.broker.Server.Publish("w/req", req, false, 1); err != nil {
 			t.Fatal(err)
 		}
@@ -236,13 +236,13 @@ func TestServeWriteHealthAndGracefulHandover(t *testing.T) {
 		t.Fatalf("no reply to write %s", id)
 		return failover.WriteReply{}
 	}
-	if r := write("w1", "setpoint", 321); r.Error != failover.WriteOK || r.Epoch != 1 || p.plc.Holding(plcsim.SetpointRegister) != 321 {
+	if r := write("w1", "setpoint", 321); r.Code != failover.WriteOK || r.Epoch != 1 || p.plc.Holding(plcsim.SetpointRegister) != 321 {
 		t.Fatalf("write: reply %+v, setpoint %d", r, p.plc.Holding(plcsim.SetpointRegister))
 	}
-	if r := write("w2", "nope", 1); r.Error != failover.WriteUnknownTag {
+	if r := write("w2", "nope", 1); r.Code != failover.WriteUnknownTag {
 		t.Errorf("write to unknown tag: %+v", r)
 	}
-	if r := write("w3", "cycles", 1); r.Error != failover.WriteDeviceErr || !strings.Contains(r.Message, "writable") {
+	if r := write("w3", "cycles", 1); r.Code != failover.WriteReadOnly || !strings.Contains(r.Message, "writable") {
 		t.Errorf("write to read-only tag: %+v", r)
 	}
 

@@ -110,9 +110,10 @@ func (s *session) build(epoch uint64, owner string) (*term, error) {
 		case routes.RoutePoll:
 			t.pending[r.Name] = true
 		case routes.RouteWrite:
-			w := &writer{t: t, route: r, dev: t.devices[r.Device], local: t.brokers[r.Broker], queue: make(chan mqtt.Message, 64)}
+			w := newWriter(t, r)
 			t.writers = append(t.writers, w)
-			if err := t.brokers[r.Broker].Subscribe(mqtt.Subscription{Filter: r.RequestTopic, QoS: byte(r.QoS), Handler: w.enqueue}); err != nil {
+			// Acknowledged only once answered (docs/writes.md).
+			if err := t.brokers[r.Broker].Subscribe(mqtt.Subscription{Filter: r.RequestTopic, QoS: byte(r.QoS), ManualAck: true, Handler: w.enqueue}); err != nil {
 				return nil, s.routeError(r, err)
 			}
 		case routes.RouteBridge:
@@ -120,6 +121,7 @@ func (s *session) build(epoch uint64, owner string) (*term, error) {
 			if err != nil {
 				return nil, s.routeError(r, err)
 			}
+			b.RefuseRetainedInto(commandFilters(cfg, r.Broker), commandFilters(cfg, r.Remote))
 			t.bridges = append(t.bridges, b)
 		}
 	}
@@ -192,23 +194,12 @@ func missingFile(err error) bool {
 }
 
 // cleanSession decides whether the session's MQTT session on a broker is
-// discarded at every connect. A broker that carries write requests and no
-// bridge traffic starts clean: a command queued while no owner was
-// connected is stale by the time the next owner arrives, and replaying
-// it could drive the device. Bridge traffic keeps the persistent session
-// so QoS 1 and 2 messages survive a failover.
-func (s *session) cleanSession(broker string) bool {
-	writes := false
-	for _, r := range s.routes {
-		switch {
-		case r.Kind == routes.RouteBridge && (r.Broker == broker || r.Remote == broker):
-			return false
-		case r.Kind == routes.RouteWrite && r.Broker == broker:
-			writes = true
-		}
-	}
-	return writes
-}
+// discarded at every connect: never. Bridge traffic and write requests
+// published while no owner is connected wait on the broker for the next
+// owner (same client id); a write request is judged by its age when it
+// arrives (docs/writes.md), so a queued command is executed only while
+// fresh.
+func (s *session) cleanSession(string) bool { return false }
 
 // openBounded opens tr under ctx and gives up at its activation bound even
 // if the transport overruns it, closing whatever it left behind.

@@ -304,7 +304,8 @@ type Route struct {
 	Topic string `yaml:"topic"`
 	// Publish is on_change (default) or every_poll.
 	Publish string `yaml:"publish"`
-	// QoS of the route's publications and subscriptions: 0, 1 or 2.
+	// QoS of the route's publications and subscriptions: 0, 1 or 2 (a
+	// write route defaults to 1, so requests wait for the next owner).
 	QoS int `yaml:"qos"`
 	// Retain publishes each topic's last value as retained.
 	Retain bool `yaml:"retain"`
@@ -312,6 +313,13 @@ type Route struct {
 	RequestTopic string `yaml:"request_topic"`
 	// ReplyTopic is where a write route answers them.
 	ReplyTopic string `yaml:"reply_topic"`
+	// MaxAge is the oldest write request a write route executes, counted
+	// from the request's issued_at to the instant before the device write;
+	// an older one is refused as stale (docs/writes.md).
+	MaxAge Duration `yaml:"max_age"`
+	// ClockSkew is how far a write request's issued_at may lie in the
+	// future of this bridge's clock before it is refused (clock_skew).
+	ClockSkew Duration `yaml:"clock_skew"`
 	// Remote is the remote broker of a bridge route.
 	Remote string `yaml:"remote"`
 	// Topics are a bridge route's topic mappings.

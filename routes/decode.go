@@ -86,8 +86,9 @@ func Parse(file string, data []byte) (*Config, error) {
 		return nil, d.errs
 	}
 	d.decode(root, reflect.ValueOf(cfg).Elem(), "")
-	cfg.applyDefaults()
+	// Defaults need the positions: an explicitly written zero is kept.
 	cfg.positions = d.lines
+	cfg.applyDefaults()
 	// Validation runs even when decoding failed, so one run reports every
 	// problem; a rule broken only because its key failed to decode is
 	// left out, the decode error already names it.

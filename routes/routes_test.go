@@ -307,3 +307,33 @@ func TestOneSessionCannotUseOneClientIDTwice(t *testing.T) {
 		t.Fatal(errs)
 	}
 }
+
+// A write route defaults to QoS 1, max_age and clock_skew; an explicit qos
+// 0 and clock_skew 0 stay; the keys belong to write routes only.
+func TestWriteRouteDefaults(t *testing.T) {
+	cfg, errs := parse(t, base+`routes:
+  - {name: w, session: s, kind: write, device: plc, broker: local, request_topic: q, reply_topic: a}
+  - {name: w0, session: s0, kind: write, device: plc, broker: local, request_topic: q0, reply_topic: a0, qos: 0, clock_skew: 0s, max_age: 3s}
+  - {name: p, session: s, kind: poll, device: plc, broker: local}
+`)
+	if errs != nil {
+		t.Fatal(errs)
+	}
+	w, w0, p := cfg.Routes[0], cfg.Routes[1], cfg.Routes[2]
+	if w.QoS != routes.DefaultWriteQoS || w.MaxAge.D() != routes.DefaultWriteMaxAge || w.ClockSkew.D() != routes.DefaultWriteClockSkew {
+		t.Errorf("write defaults: qos %d max_age %s clock_skew %s", w.QoS, w.MaxAge.D(), w.ClockSkew.D())
+	}
+	if w0.QoS != 0 || w0.ClockSkew != 0 || w0.MaxAge.D() != 3*time.Second {
+		t.Errorf("explicit values: qos %d clock_skew %s max_age %s", w0.QoS, w0.ClockSkew.D(), w0.MaxAge.D())
+	}
+	if p.QoS != 0 || p.MaxAge != 0 {
+		t.Errorf("poll route: qos %d max_age %s", p.QoS, p.MaxAge.D())
+	}
+	wantErrors(t, base+`routes:
+  - {name: p, session: s, kind: poll, device: plc, broker: local, max_age: 5s}
+  - {name: w, session: s, kind: write, device: plc, broker: local, request_topic: q, reply_topic: a, max_age: 0s}
+`,
+		`routes[0].max_age: max_age applies to write routes only`,
+		`routes[1].max_age: max_age 0s: want a duration above 0`,
+	)
+}

@@ -37,6 +37,9 @@ type runPeers struct {
 	broker *embedbroker.Broker
 	plc    *plcsim.PLC
 	dir    string
+	// brokerAddr, when set, is the broker the bridges use instead of
+	// broker (e.g. a mosquitto).
+	brokerAddr string
 }
 
 func startRunPeers(t *testing.T) *runPeers {
@@ -72,7 +75,11 @@ func (p *runPeers) startVia(t *testing.T, node, etcdURL string) *proc {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	px, err := faultproxy.Start(ctx, strings.TrimPrefix(p.broker.URL, "tcp://"))
+	brokerAddr := p.brokerAddr
+	if brokerAddr == "" {
+		brokerAddr = strings.TrimPrefix(p.broker.URL, "tcp://")
+	}
+	px, err := faultproxy.Start(ctx, brokerAddr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,6 +60,11 @@ const (
 //
 //	{"session":"press-1","owner":"gw-a-8f3k","node":"gw-a","epoch":7,
 //	 "state":"serving","service_level_full":true,"timestamp":1764556800123}
+//
+// Timestamp is when the reported event happened. The last will ("lost")
+// has none: it is fixed when the connection is made and the broker
+// publishes it when it notices the loss, an instant its owner cannot know;
+// it carries ConnectedAt, the start of the connection it ends.
 type StatusMessage struct {
 	Session          string `json:"session"`
 	Owner            string `json:"owner"`
@@ -67,7 +72,8 @@ type StatusMessage struct {
 	Epoch            uint64 `json:"epoch"`
 	State            string `json:"state"`
 	ServiceLevelFull bool   `json:"service_level_full"`
-	Timestamp        int64  `json:"timestamp"`
+	Timestamp        int64  `json:"timestamp,omitempty"`
+	ConnectedAt      int64  `json:"connected_at,omitempty"`
 }
 
 // EncodeValue renders one value with the session's epoch. The bytes are
@@ -260,9 +266,13 @@ func EncodeGroup(vs []transports.Value, epoch uint64) ([]byte, error) {
 	return b, nil
 }
 
-// EncodeStatus renders a status message; a zero Timestamp becomes now.
+// EncodeStatus renders a status message; a zero Timestamp becomes now,
+// except for the last will ("lost"), whose zero ConnectedAt becomes now.
 func EncodeStatus(s StatusMessage) []byte {
-	if s.Timestamp == 0 {
+	switch {
+	case s.State == StateLost && s.ConnectedAt == 0:
+		s.ConnectedAt = millis(time.Now())
+	case s.State != StateLost && s.Timestamp == 0:
 		s.Timestamp = millis(time.Now())
 	}
 	b, err := json.Marshal(s)
