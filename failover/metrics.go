@@ -26,10 +26,17 @@ type Metrics struct {
 	TransportErrors *prometheus.CounterVec
 	// Takeovers counts the times this process became a session's owner.
 	Takeovers *prometheus.CounterVec
+	// DeviceUp is 1 while an owned session's device answers, 0 while it
+	// does not; absent on a standby.
+	DeviceUp *prometheus.GaugeVec
+	// DeviceLastGood is when the device last answered this node.
+	DeviceLastGood *prometheus.GaugeVec
+	// DeviceStepDowns counts device-path releases.
+	DeviceStepDowns *prometheus.CounterVec
 }
 
 // States a session reports in leasebridge_session_state.
-var States = []string{"standby", "activating", "serving", "closing", "stopped"}
+var States = []string{"standby", "activating", "serving", "closing", "cooldown", "stopped"}
 
 // NewMetrics creates the series and registers them on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
@@ -41,7 +48,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"session", "cause"}),
 		State: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "leasebridge_session_state",
-			Help: "1 for the session's current state (standby, activating, serving, closing, stopped), 0 otherwise.",
+			Help: "1 for the session's current state (standby, activating, serving, closing, cooldown, stopped), 0 otherwise.",
 		}, []string{"session", "state"}),
 		Epoch: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "leasebridge_lease_epoch",
@@ -57,7 +64,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"session"}),
 		Budget: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "leasebridge_failover_budget_seconds",
-			Help: "Admitted worst-case failover budget per failure mode (owner_death, broker_path).",
+			Help: "Admitted worst-case failover budget per failure mode (owner_death, broker_path, device_path).",
 		}, []string{"session", "mode"}),
 		TransportErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "leasebridge_transport_errors_total",
@@ -67,8 +74,21 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "leasebridge_takeovers_total",
 			Help: "Times this process became the session's owner.",
 		}, []string{"session"}),
+		DeviceUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "leasebridge_device_up",
+			Help: "1 while the owned session's device answers its polls, 0 while it does not; absent on a standby.",
+		}, []string{"session", "device"}),
+		DeviceLastGood: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "leasebridge_device_last_good_timestamp_seconds",
+			Help: "Unix time of the device's last good answer to this node.",
+		}, []string{"session", "device"}),
+		DeviceStepDowns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasebridge_device_step_downs_total",
+			Help: "Device-path releases: a device stayed unreachable for device_path_step_down.",
+		}, []string{"session"}),
 	}
-	reg.MustRegister(m.FailureToFull, m.State, m.Epoch, m.RenewFailures, m.StepDowns, m.Budget, m.TransportErrors, m.Takeovers)
+	reg.MustRegister(m.FailureToFull, m.State, m.Epoch, m.RenewFailures, m.StepDowns, m.Budget, m.TransportErrors, m.Takeovers,
+		m.DeviceUp, m.DeviceLastGood, m.DeviceStepDowns)
 	return m
 }
 

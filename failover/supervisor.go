@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leasebridge/leasebridge/admission"
@@ -47,6 +48,9 @@ type Supervisor struct {
 	sessions []*session
 	stepDown chan stepDownRequest
 	once     sync.Once
+	// stopping is set once the process releases every lease: a session
+	// ending its device-path cooldown then stays down.
+	stopping atomic.Bool
 }
 
 type stepDownRequest struct {
@@ -81,7 +85,10 @@ func New(o Options) (*Supervisor, error) {
 		if bh := inputs[rep.Session].Inputs.BrokerHealth; bh.Mode == admission.BrokerHealthOn {
 			s.threshold = bh.Threshold
 		}
-		mgr, err := lease.NewManager(lease.Options{
+		if rep.DevicePath != nil {
+			s.devThreshold = inputs[rep.Session].Inputs.DevicePath.Threshold
+		}
+		s.mgrOpts = lease.Options{
 			Store:    o.Store,
 			Key:      rep.Session,
 			Identity: o.Identity,
@@ -91,15 +98,17 @@ func New(o Options) (*Supervisor, error) {
 				o.Metrics.RenewFailures.WithLabelValues(rep.Session).Inc()
 				s.log.Warn("renew failed", "err", err)
 			},
-		})
-		if err != nil {
+		}
+		if _, err := s.newManager(); err != nil {
 			return nil, fmt.Errorf("session %s: %w", rep.Session, err)
 		}
-		s.mgr = mgr
 		s.setState("standby")
 		o.Metrics.Budget.WithLabelValues(rep.Session, "owner_death").Set(rep.OwnerDeath.Total.Seconds())
 		if rep.BrokerPath != nil {
 			o.Metrics.Budget.WithLabelValues(rep.Session, "broker_path").Set(rep.BrokerPath.Total.Seconds())
+		}
+		if rep.DevicePath != nil {
+			o.Metrics.Budget.WithLabelValues(rep.Session, "device_path").Set(rep.DevicePath.Total.Seconds())
 		}
 		sv.sessions = append(sv.sessions, s)
 	}
@@ -107,8 +116,8 @@ func New(o Options) (*Supervisor, error) {
 }
 
 // LogBudgets writes the startup line of every session: its owner-death
-// budget and broker_path_failover (the budget, off, or why it is
-// undecided).
+// budget, broker_path_failover (the budget, off, or why it is undecided)
+// and device_path_failover (the budget or off).
 func LogBudgets(log *slog.Logger, reports []admission.Report) {
 	for _, r := range reports {
 		bp := "undecided: broker_health_step_down omitted"
@@ -118,13 +127,17 @@ func LogBudgets(log *slog.Logger, reports []admission.Report) {
 		case r.BrokerPathFailover == "off":
 			bp = "off"
 		}
+		dp := "off"
+		if r.DevicePath != nil {
+			dp = admission.FormatSeconds(r.DevicePath.Total)
+		}
 		slo := "none"
 		if r.FailoverSLO != nil {
 			slo = admission.FormatSeconds(*r.FailoverSLO)
 		}
 		log.Info("session admitted", "session", r.Session,
 			"owner_death_budget", admission.FormatSeconds(r.OwnerDeath.Total),
-			"broker_path_failover", bp, "failover_slo", slo,
+			"broker_path_failover", bp, "device_path_failover", dp, "failover_slo", slo,
 			"lease_ttl", admission.FormatSeconds(r.Timing.LeaseTTL),
 			"activation", admission.FormatSeconds(r.Activation),
 			"fence_after", admission.FormatSeconds(r.FenceAfter))
@@ -145,18 +158,17 @@ func (sv *Supervisor) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := s.mgr.Run(mctx); err != nil && !errors.Is(err, context.Canceled) {
-				s.log.Error("lease manager stopped", "err", err)
-			}
-			s.stopped()
+			s.run(mctx)
 		}()
 	}
 	var result error
 	select {
 	case <-ctx.Done():
+		sv.stopping.Store(true)
 		sv.o.Logger.Info("shutting down: releasing every lease")
 		sv.releaseAll(nil)
 	case req := <-sv.stepDown:
+		sv.stopping.Store(true)
 		sv.runStepDown(req)
 		result = ErrStepDown
 	}
@@ -186,7 +198,7 @@ func (sv *Supervisor) runStepDown(req stepDownRequest) {
 	}
 	cancel()
 	ctx, cancel = context.WithTimeout(context.Background(), stage)
-	if err := s.mgr.Release(ctx); err != nil {
+	if err := s.manager().Release(ctx); err != nil {
 		// The standby then waits out lease_ttl: the owner-death path.
 		log.Error("lease release failed; standbys take over after lease_ttl", "bound", stage.String(), "err", err)
 	}
@@ -216,7 +228,7 @@ func (sv *Supervisor) releaseAll(skip *session) {
 			}
 			cancel()
 			ctx, cancel = context.WithTimeout(context.Background(), 2*t.RenewCallTimeout)
-			if err := s.mgr.Release(ctx); err != nil && !errors.Is(err, lease.ErrStopped) {
+			if err := s.manager().Release(ctx); err != nil && !errors.Is(err, lease.ErrStopped) {
 				s.log.Error("release", "err", err)
 			}
 			cancel()
@@ -236,6 +248,9 @@ type SessionStatus struct {
 	FailureToFullNS int64 `json:"failure_to_full_ns,omitempty"`
 	// OwnerDeathBudgetNS is the admitted owner-death budget.
 	OwnerDeathBudgetNS int64 `json:"owner_death_budget_ns"`
+	// Devices are the session's devices as this owner last reached them;
+	// absent on a standby, which does not know.
+	Devices []DeviceStatus `json:"devices,omitempty"`
 }
 
 // Status reports every session, in name order.
@@ -243,10 +258,14 @@ func (sv *Supervisor) Status() []SessionStatus {
 	out := make([]SessionStatus, 0, len(sv.sessions))
 	for _, s := range sv.sessions {
 		s.mu.Lock()
-		last := s.lastFull
+		last, h := s.lastFull, s.health
 		s.mu.Unlock()
-		out = append(out, SessionStatus{Session: s.name, State: s.State(), Owner: s.owned.Load(),
-			ServiceLevelFull: s.full.Load(), FailureToFullNS: int64(last), OwnerDeathBudgetNS: int64(s.report.OwnerDeath.Total)})
+		st := SessionStatus{Session: s.name, State: s.State(), Owner: s.owned.Load(),
+			ServiceLevelFull: s.full.Load(), FailureToFullNS: int64(last), OwnerDeathBudgetNS: int64(s.report.OwnerDeath.Total)}
+		if h != nil {
+			st.Devices = h.status()
+		}
+		out = append(out, st)
 	}
 	return out
 }
