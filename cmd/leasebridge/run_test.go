@@ -63,6 +63,12 @@ func startRunPeers(t *testing.T) *runPeers {
 // its own fault proxy.
 func (p *runPeers) start(t *testing.T, node string) *proc {
 	t.Helper()
+	return p.startWith(t, node, nil)
+}
+
+// startWith is start with the configuration adjusted by edit (nil: none).
+func (p *runPeers) startWith(t *testing.T, node string, edit func(*testbin.Bridge)) *proc {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	px, err := faultproxy.Start(ctx, strings.TrimPrefix(p.broker.URL, "tcp://"))
@@ -74,8 +80,12 @@ func (p *runPeers) start(t *testing.T, node string) *proc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	y := testbin.Config(testbin.Bridge{Etcd: p.etcd.Endpoints[0], Broker: "tcp://" + px.Addr(), PLC: p.plc.Addr(), Node: node, HTTP: addr,
-		KeyPrefix: "/run-test/", Topic: "{device}/{tag}"})
+	br := testbin.Bridge{Etcd: p.etcd.Endpoints[0], Broker: "tcp://" + px.Addr(), PLC: p.plc.Addr(), Node: node, HTTP: addr,
+		KeyPrefix: "/run-test/", Topic: "{device}/{tag}"}
+	if edit != nil {
+		edit(&br)
+	}
+	y := testbin.Config(br)
 	path := filepath.Join(p.dir, node+".yaml")
 	if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
 		t.Fatal(err)
