@@ -456,7 +456,8 @@ func (s *session) publishDevices(ctx context.Context, t *term, h *pathHealth, lo
 		return
 	}
 	s.full.Store(false)
-	log.Warn("a device does not answer: publishing bad quality", "devices", h.status())
+	dev, since, err, _ := h.downDevice()
+	log.Warn("a device does not answer: publishing bad quality", "device", dev, "since", since.Format(time.RFC3339Nano), "err", err)
 	t.publishStatus(ctx, mqtt.StateDegraded, false, log)
 }
 
