@@ -3,14 +3,15 @@ package failover
 import (
 	"time"
 
+	"github.com/leasebridge/leasebridge/lease"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Metrics are the Prometheus series of a running bridge; docs/operations.md
 // lists them.
 type Metrics struct {
-	// FailureToFull is FailureToFullDuration: from the successor's first
-	// observation of the stale (or released) row to ServiceLevelFull.
+	// FailureToFull is FailureToFullDuration by cause (failureToFull).
 	FailureToFull *prometheus.HistogramVec
 	// State is 1 for the session's current state and 0 for the others.
 	State *prometheus.GaugeVec
@@ -43,7 +44,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		FailureToFull: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "leasebridge_failure_to_full_seconds",
-			Help:    "FailureToFullDuration: successor's first observation of the stale or released lease row to ServiceLevelFull.",
+			Help:    "FailureToFullDuration by cause (owner_death, broker_path, device_path, handover, initial): from the start of the outage, as far as it can be known, to the successor's ServiceLevelFull (docs/failover-budget.md).",
 			Buckets: prometheus.ExponentialBuckets(0.05, 2, 16),
 		}, []string{"session", "cause"}),
 		State: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -101,6 +102,52 @@ func (m *Metrics) setState(session, state string) {
 		}
 		m.State.WithLabelValues(session, s).Set(v)
 	}
+}
+
+// Causes of FailureToFullDuration, the cause label.
+const (
+	// CauseOwnerDeath: the row still named an owner that stopped renewing.
+	CauseOwnerDeath = "owner_death"
+	// CauseBrokerPath: the owner released the row after its broker path
+	// stayed lost for broker_health_step_down.
+	CauseBrokerPath = "broker_path"
+	// CauseDevicePath: the owner released the row after a device stayed
+	// unreachable for device_path_step_down.
+	CauseDevicePath = "device_path"
+	// CauseHandover: a planned release (shutdown), or a released row that
+	// says nothing.
+	CauseHandover = "handover"
+	// CauseInitial: the row never had an owner.
+	CauseInitial = "initial"
+)
+
+// failureToFull is a term's FailureToFullDuration, measured at now, and its
+// cause. The successor's part runs from its first observation of the row it
+// took over (for owner death: the first read of the revision that went
+// stale, at most one poll after the dead owner's last renew landed). A
+// released row that carries the old owner's instant of failure extends the
+// measure back to it, on the two nodes' wall clocks; a clock offset that
+// would make it shorter than the successor's own part is ignored.
+func failureToFull(ev lease.Event, now time.Time) (time.Duration, string) {
+	d := lease.Now() - ev.Observed
+	took := ev.Took
+	switch {
+	case took.Owner == "" && took.Epoch == 0:
+		return d, CauseInitial
+	case took.Owner != "":
+		return d, CauseOwnerDeath
+	}
+	cause := CauseHandover
+	if r := took.Release; r != nil {
+		switch r.Cause {
+		case CauseBrokerPath, CauseDevicePath:
+			cause = r.Cause
+		}
+		if r.AtUnixNS > 0 {
+			d = max(d, now.Sub(time.Unix(0, r.AtUnixNS)))
+		}
+	}
+	return d, cause
 }
 
 // observeFailureToFull records one takeover's FailureToFullDuration.

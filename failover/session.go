@@ -35,9 +35,9 @@ type session struct {
 	full  atomic.Bool
 
 	mu       sync.Mutex
-	stopTerm chan struct{} // closed to end the current term gracefully
-	termDone chan struct{} // closed when the current term has closed
-	lastFull time.Duration // last FailureToFullDuration, for tests and logs
+	stopTerm chan struct{}  // closed to end the current term gracefully
+	termDone chan struct{}  // closed when the current term has closed
+	lastFull time.Duration  // last FailureToFullDuration, for tests and logs
 	mgr      *lease.Manager // replaced after a device-path cooldown
 	health   *pathHealth    // the current ownership's; nil on a standby
 	cooling  bool           // a device-path release ended the manager
@@ -120,7 +120,7 @@ func (s *session) run(ctx context.Context) {
 // lease release, each min(5s, step_down_grace), as in the broker-path
 // step-down; session.run then sits out the cooldown. The other sessions
 // of the process are not touched.
-func (s *session) releaseDevicePath() {
+func (s *session) releaseDevicePath(since time.Time) {
 	stage := min(admission.MaxStepDownStage, s.report.Timing.StepDownGrace)
 	s.mu.Lock()
 	s.cooling = true
@@ -133,7 +133,7 @@ func (s *session) releaseDevicePath() {
 	cancel()
 	ctx, cancel = context.WithTimeout(context.Background(), stage)
 	defer cancel()
-	if err := mgr.Release(ctx); err != nil {
+	if err := mgr.ReleaseWith(ctx, &lease.Release{Cause: CauseDevicePath, AtUnixNS: since.UnixNano()}); err != nil {
 		// The standby then waits out lease_ttl: the owner-death path.
 		s.log.Error("device-path release failed; standbys take over after lease_ttl", "bound", stage.String(), "err", err)
 	}
@@ -427,15 +427,22 @@ func (t *term) publishStatus(ctx context.Context, state string, full bool, log *
 // reachedFull records the term's ServiceLevelFull: FailureToFullDuration,
 // the serving state and status.
 func (s *session) reachedFull(ctx context.Context, t *term, ev lease.Event, log *slog.Logger) {
-	d := lease.Now() - ev.Observed
+	d, cause := failureToFull(ev, time.Now())
 	s.mu.Lock()
 	s.lastFull = d
 	s.mu.Unlock()
 	s.full.Store(true)
 	s.setState("serving")
-	s.sup.o.Metrics.observeFailureToFull(s.name, "takeover", d)
-	log.Info("ServiceLevelFull", "failure_to_full", d.String(), "failure_to_full_ns", int64(d),
-		"owner_death_budget", admission.FormatSeconds(s.report.OwnerDeath.Total), "within_budget", d <= s.report.OwnerDeath.Total)
+	s.sup.o.Metrics.observeFailureToFull(s.name, cause, d)
+	budget := s.report.OwnerDeath
+	switch {
+	case cause == CauseBrokerPath && s.report.BrokerPath != nil:
+		budget = *s.report.BrokerPath
+	case cause == CauseDevicePath && s.report.DevicePath != nil:
+		budget = *s.report.DevicePath
+	}
+	log.Info("ServiceLevelFull", "failure_to_full", d.String(), "failure_to_full_ns", int64(d), "cause", cause,
+		"budget", admission.FormatSeconds(budget.Total), "within_budget", d <= budget.Total)
 	t.publishStatus(ctx, mqtt.StateServing, true, log)
 	if !t.h.allUp() {
 		s.publishDevices(ctx, t, t.h, log)
@@ -487,7 +494,7 @@ func (s *session) checkPaths(t *term, h *pathHealth, log *slog.Logger) bool {
 			log.Error("device path lost: releasing this session", "device", dev, "unreachable_for", now.Sub(since).String(),
 				"device_path_step_down", admission.FormatSeconds(s.devThreshold),
 				"device_path_cooldown", admission.FormatSeconds(s.report.DevicePathCooldown), "activated", t != nil, "err", err)
-			go s.releaseDevicePath()
+			go s.releaseDevicePath(since)
 			return true
 		}
 	}

@@ -166,7 +166,7 @@ func (sv *Supervisor) Run(ctx context.Context) error {
 	case <-ctx.Done():
 		sv.stopping.Store(true)
 		sv.o.Logger.Info("shutting down: releasing every lease")
-		sv.releaseAll(nil)
+		sv.releaseAll(nil, time.Now())
 	case req := <-sv.stepDown:
 		sv.stopping.Store(true)
 		sv.runStepDown(req)
@@ -198,21 +198,22 @@ func (sv *Supervisor) runStepDown(req stepDownRequest) {
 	}
 	cancel()
 	ctx, cancel = context.WithTimeout(context.Background(), stage)
-	if err := s.manager().Release(ctx); err != nil {
+	if err := s.manager().ReleaseWith(ctx, &lease.Release{Cause: CauseBrokerPath, AtUnixNS: req.state.Since.UnixNano()}); err != nil {
 		// The standby then waits out lease_ttl: the owner-death path.
 		log.Error("lease release failed; standbys take over after lease_ttl", "bound", stage.String(), "err", err)
 	}
 	cancel()
 	log.Info("settlement grace", "step_down_grace", grace.String())
 	time.Sleep(grace)
-	sv.releaseAll(s)
+	sv.releaseAll(s, time.Now())
 	sv.o.Logger.Error("stepped down: every lease released; exiting for a restart as standby",
 		"exit_status", ExitStepDown, "session", s.name, "broker_err", req.state.Err)
 }
 
 // releaseAll ends every term in an orderly way and releases every lease
-// except skip's, concurrently, each within its own bound.
-func (sv *Supervisor) releaseAll(skip *session) {
+// except skip's, concurrently, each within its own bound; the released rows
+// say "handover" since at.
+func (sv *Supervisor) releaseAll(skip *session, at time.Time) {
 	var wg sync.WaitGroup
 	for _, s := range sv.sessions {
 		if s == skip {
@@ -228,7 +229,7 @@ func (sv *Supervisor) releaseAll(skip *session) {
 			}
 			cancel()
 			ctx, cancel = context.WithTimeout(context.Background(), 2*t.RenewCallTimeout)
-			if err := s.manager().Release(ctx); err != nil && !errors.Is(err, lease.ErrStopped) {
+			if err := s.manager().ReleaseWith(ctx, &lease.Release{Cause: CauseHandover, AtUnixNS: at.UnixNano()}); err != nil && !errors.Is(err, lease.ErrStopped) {
 				s.log.Error("release", "err", err)
 			}
 			cancel()

@@ -83,6 +83,9 @@ type Event struct {
 	Observed time.Duration
 	// Err, for EventReleased, is the release call's error (nil: landed).
 	Err error
+	// Took, for EventBecameOwner, is the row taken over: zero when it
+	// never had an owner, with an empty owner when it was released.
+	Took Row
 	// Owner, set by Manager for EventBecameOwner, is the owner handle.
 	Owner *Owner
 }
@@ -141,6 +144,7 @@ type Core struct {
 	baseRev     int64
 	baseAt      time.Duration
 	observed    time.Duration // Observed of the takeover CAS in flight
+	took        Row           // the row the takeover CAS in flight replaces
 	acqEpoch    uint64        // epoch the takeover CAS in flight writes
 	maxEpoch    uint64        // highest epoch seen in the row
 	nextAcquire time.Duration
@@ -389,6 +393,7 @@ func (c *Core) onAcquireRead(now time.Duration, r Result, s *Step) {
 	// The highest epoch seen, not just this row's: a row deleted by hand
 	// must not send the fencing token backwards.
 	c.acqEpoch = c.maxEpoch + 1
+	c.took = row
 	c.issue(now, pAcqCAS, Op{Kind: OpCAS, Expect: ver, Row: c.myRow(c.acqEpoch)}, s)
 }
 
@@ -431,7 +436,7 @@ func (c *Core) becomeOwner(now, sent time.Duration, ver int64, s *Step) {
 	c.streak, c.ambig = 0, false
 	c.nextRenew = now + c.renewDelay()
 	if !c.releaseWanted {
-		s.Events = append(s.Events, Event{Kind: EventBecameOwner, Epoch: c.epoch, At: now, Observed: c.observed})
+		s.Events = append(s.Events, Event{Kind: EventBecameOwner, Epoch: c.epoch, At: now, Observed: c.observed, Took: c.took})
 	}
 }
 

@@ -26,6 +26,20 @@ type Row struct {
 	// Epoch increases with every takeover; it is the fencing token stamped
 	// on everything the owner publishes.
 	Epoch uint64 `json:"epoch"`
+	// Release, in a released row, says why and since when its last owner
+	// gave it up, so the successor can measure the whole outage; nil when
+	// the owner said nothing (or the row is owned).
+	Release *Release `json:"release,omitempty"`
+}
+
+// Release is why an owner gave its row up.
+type Release struct {
+	// Cause is broker_path, device_path or handover.
+	Cause string `json:"cause"`
+	// AtUnixNS is the wall-clock instant the outage began for the old
+	// owner: when its broker path or device was lost, or when its planned
+	// release started.
+	AtUnixNS int64 `json:"at_unix_ns"`
 }
 
 // Store is the lease store as the manager needs it. Versions are opaque,
@@ -47,9 +61,9 @@ type Store interface {
 	// that landed before it was issued, including writes whose responses
 	// were lost.
 	ReadAuthoritative(ctx context.Context, key string) (Row, int64, error)
-	// Release writes an empty owner, keeping epoch, if the key's version is
-	// still expect; ErrConflict as for CompareAndSwap.
-	Release(ctx context.Context, key string, expect int64, epoch uint64) error
+	// Release writes row, whose owner is empty and whose epoch is kept, if
+	// the key's version is still expect; ErrConflict as for CompareAndSwap.
+	Release(ctx context.Context, key string, expect int64, row Row) error
 }
 
 // Sentinel errors.

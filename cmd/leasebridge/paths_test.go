@@ -150,12 +150,29 @@ func activationStepDown(t *testing.T, p *runPeers, editA func(*testbin.Bridge), 
 	if peak := p.plc.Proxy().Peak(); peak != 1 {
 		t.Errorf("PLC saw %d concurrent connections", peak)
 	}
+	checkCause(t, a2, failover.CauseBrokerPath, time.Second, budget) // testbin.Config: broker_health_step_down 1s
 	logB, _ := os.ReadFile(b.log)
 	if n := strings.Count(string(logB), "activation failed; retrying while owner"); n == 0 {
 		t.Errorf("the faulty node never failed an activation:\n%s", logB)
 	}
 	t.Logf("faulty owner stepped down %s after its term started; healthy node serving %s after it (broker-path budget %s), %s after the kill",
 		steppedDown, took, budget, time.Since(kill))
+}
+
+// checkCause checks the successor's FailureToFullDuration: labelled cause,
+// and measured from the old owner's loss of its path (carried in the
+// released row), so at least the threshold after which it released, and
+// within the budget.
+func checkCause(t *testing.T, pr *proc, cause string, threshold, budget time.Duration) {
+	t.Helper()
+	m := metricsOf(t, pr)
+	if want := fmt.Sprintf(`leasebridge_failure_to_full_seconds_count{cause=%q,session="plc"} 1`, cause); !strings.Contains(m, want) {
+		t.Errorf("%s /metrics lacks %s", pr.name, want)
+	}
+	st, _ := sessionOf(pr)
+	if d := time.Duration(st.FailureToFullNS); d < threshold || d > budget {
+		t.Errorf("%s FailureToFullDuration %s: want the old owner's part too, between the threshold %s and the budget %s", pr.name, d, threshold, budget)
+	}
 }
 
 // servedRequests waits until pr is at ServiceLevelFull and the PLC has
@@ -251,6 +268,7 @@ func TestRunDevicePathRelease(t *testing.T) {
 	if peak := p.plc.Proxy().Peak(); peak != 1 {
 		t.Errorf("PLC saw %d concurrent connections", peak)
 	}
+	checkCause(t, a, failover.CauseDevicePath, threshold, budget)
 	t.Logf("device path: B released, A serving %s after B's term started (device-path budget %s, cooldown %s)",
 		took, budget, b.report.DevicePathCooldown)
 }
