@@ -77,6 +77,12 @@ type bridge struct {
 
 func (p *peers) bridge(t *testing.T, node string) *bridge {
 	t.Helper()
+	return p.bridgeWith(t, node, nil)
+}
+
+// bridgeWith is bridge with the configuration adjusted by edit.
+func (p *peers) bridgeWith(t *testing.T, node string, edit func(*testbin.Bridge)) *bridge {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	addr := strings.TrimPrefix(p.broker.URL, "tcp://")
@@ -85,8 +91,12 @@ func (p *peers) bridge(t *testing.T, node string) *bridge {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = bp.Close() })
-	y := testbin.Config(testbin.Bridge{Etcd: p.etcd.Endpoints[0], Broker: "tcp://" + bp.Addr(), PLC: p.plc.Addr(), Node: node,
-		KeyPrefix: "/failover-test/", Topic: "t/{tag}"})
+	br := testbin.Bridge{Etcd: p.etcd.Endpoints[0], Broker: "tcp://" + bp.Addr(), PLC: p.plc.Addr(), Node: node,
+		KeyPrefix: "/failover-test/", Topic: "t/{tag}"}
+	if edit != nil {
+		edit(&br)
+	}
+	y := testbin.Config(br)
 	cfg, err := routes.Parse(node+".yaml", []byte(y))
 	if err != nil {
 		t.Fatal(err)
