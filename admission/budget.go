@@ -168,22 +168,7 @@ func OwnerDeath(t Timing, activation, startup time.Duration) (Budget, error) {
 // BrokerPath is the broker-path budget for threshold B:
 // B + R + J/2 + 2*min(5s, G) + G + 2*pb + 4*C + A + S.
 func BrokerPath(t Timing, threshold, activation, startup time.Duration) (Budget, error) {
-	var c calc
-	pb, err := PollBoundary(t.AcquirePollInterval)
-	if err != nil {
-		return Budget{}, fmt.Errorf("%w (standby_polls)", err)
-	}
-	terms := []Term{
-		{"broker_health_step_down", threshold},
-		{"detection_round", c.add("detection_round", t.RenewInterval, t.RenewJitter/2)},
-		{"bounded_close_and_release", c.mul("bounded_close_and_release", min(MaxStepDownStage, t.StepDownGrace), 2)},
-		{"settlement_grace", t.StepDownGrace},
-		{"standby_polls", c.mul("standby_polls", pb, 2)},
-		{"store_calls", c.mul("store_calls", t.RenewCallTimeout, 4)},
-		{"activation", activation},
-		{"startup_allowance", startup},
-	}
-	return total(&c, terms)
+	return release(t, Term{"broker_health_step_down", threshold}, true, activation, startup)
 }
 
 // DevicePathBudget is the device-path budget for threshold D:
@@ -191,20 +176,33 @@ func BrokerPath(t Timing, threshold, activation, startup time.Duration) (Budget,
 // budget without the settlement grace: the owner releases one session and
 // keeps running, so nothing waits for the process to exit.
 func DevicePathBudget(t Timing, threshold, activation, startup time.Duration) (Budget, error) {
+	return release(t, Term{"device_path_step_down", threshold}, false, activation, startup)
+}
+
+// release is the budget of an owner that releases its row after a path
+// stayed lost for threshold: detection round, bounded close and release,
+// the settlement grace when the process exits after it, two standby polls,
+// four store calls, activation and startup allowance.
+func release(t Timing, threshold Term, settle bool, activation, startup time.Duration) (Budget, error) {
 	var c calc
 	pb, err := PollBoundary(t.AcquirePollInterval)
 	if err != nil {
 		return Budget{}, fmt.Errorf("%w (standby_polls)", err)
 	}
 	terms := []Term{
-		{"device_path_step_down", threshold},
+		threshold,
 		{"detection_round", c.add("detection_round", t.RenewInterval, t.RenewJitter/2)},
 		{"bounded_close_and_release", c.mul("bounded_close_and_release", min(MaxStepDownStage, t.StepDownGrace), 2)},
-		{"standby_polls", c.mul("standby_polls", pb, 2)},
-		{"store_calls", c.mul("store_calls", t.RenewCallTimeout, 4)},
-		{"activation", activation},
-		{"startup_allowance", startup},
 	}
+	if settle {
+		terms = append(terms, Term{"settlement_grace", t.StepDownGrace})
+	}
+	terms = append(terms,
+		Term{"standby_polls", c.mul("standby_polls", pb, 2)},
+		Term{"store_calls", c.mul("store_calls", t.RenewCallTimeout, 4)},
+		Term{"activation", activation},
+		Term{"startup_allowance", startup},
+	)
 	return total(&c, terms)
 }
 
@@ -399,7 +397,6 @@ func evaluateDevicePath(r *Report, in Inputs, refuse func(string, ...any)) {
 		}
 	}
 }
-
 
 func brokerPathState(b BrokerHealth) string {
 	switch b.Mode {
