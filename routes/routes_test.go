@@ -216,7 +216,7 @@ var lineRef = regexp.MustCompile(`cfg\.yaml:\d+`)
 // text).
 func TestRouteOrderNeverChangesOutcome(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 9))
-	overrides := []string{"", "lease_ttl: 30s", "lease_ttl: 45s", "renew_interval: 10s", "failover_slo: 5m", "broker_health_step_down: off", "startup_allowance: 1s", "acquire_poll_interval: 2s"}
+	overrides := []string{"", "lease_ttl: 30s", "lease_ttl: 45s", "renew_interval: 10s", "failover_slo: 5m", "broker_health_step_down: off", "startup_allowance: 1s", "acquire_poll_interval: 2s", "device_path_step_down: 30s", "device_path_cooldown: 40s"}
 	for trial := 0; trial < 300; trial++ {
 		var rs []string
 		for i := 0; i < 2+rng.IntN(6); i++ {
@@ -234,7 +234,7 @@ func TestRouteOrderNeverChangesOutcome(t *testing.T) {
 			}
 			var b strings.Builder
 			for i, r := range cfg.Admit() {
-				fmt.Fprintf(&b, "%s %v %+v %+v %v\n", r.Session, cfg.Sessions()[i].Routes, r.OwnerDeath, r.BrokerPath, r.Refusals)
+				fmt.Fprintf(&b, "%s %v %+v %+v %+v %v\n", r.Session, cfg.Sessions()[i].Routes, r.OwnerDeath, r.BrokerPath, r.DevicePath, r.Refusals)
 			}
 			return lineRef.ReplaceAllString(b.String(), "cfg.yaml:L")
 		}
@@ -303,5 +303,38 @@ func TestOneSessionCannotUseOneClientIDTwice(t *testing.T) {
 	ok := strings.Replace(y, "again: {url: tcp://127.0.0.1:1883}", "again: {url: tcp://127.0.0.1:1883, client_id: \"up-{session}\"}", 1)
 	if _, errs := parse(t, ok); errs != nil {
 		t.Fatal(errs)
+	}
+}
+
+// device_path_step_down is off or a positive duration, like
+// broker_health_step_down; a route may override the file's, and routes of
+// one session that disagree on it or on the cooldown are refused.
+func TestDevicePathSetting(t *testing.T) {
+	_, errs := parse(t, strings.Replace(base, "broker_health_step_down: 60s", "broker_health_step_down: 60s\n  device_path_step_down: 0s", 1))
+	if len(errs) != 1 || !strings.Contains(errs.Error(), `cfg.yaml:7:26: manager.device_path_step_down: want off or a positive duration, got "0s"`) {
+		t.Errorf("device_path_step_down: 0s: %v", errs)
+	}
+	cfg, errs := parse(t, strings.Replace(base, "broker_health_step_down: 60s", "broker_health_step_down: 60s\n  device_path_step_down: 30s", 1)+`routes:
+  - {name: a, session: s, kind: poll, device: plc, broker: local}
+  - {name: b, session: quiet, kind: poll, device: plc, broker: local, manager: {device_path_step_down: off}}
+  - {name: c, session: x, kind: poll, device: plc, broker: local, manager: {device_path_cooldown: 45s}}
+  - {name: d, session: x, kind: poll, device: plc, broker: local}
+`)
+	if errs != nil {
+		t.Fatal(errs)
+	}
+	reps := cfg.Admit()
+	byName := map[string]admission.Report{}
+	for _, r := range reps {
+		byName[r.Session] = r
+	}
+	if r := byName["s"]; !r.Admitted() || r.DevicePath == nil || r.DevicePathFailover != "on" || r.DevicePathCooldown != 30*time.Second {
+		t.Errorf("inherited device_path_step_down 30s: %+v", r)
+	}
+	if r := byName["quiet"]; !r.Admitted() || r.DevicePath != nil || r.DevicePathFailover != "off" {
+		t.Errorf("route device_path_step_down off: %+v", r)
+	}
+	if r := byName["x"]; r.Admitted() || !strings.Contains(strings.Join(r.Refusals, "\n"), "routes disagree on device_path_cooldown") {
+		t.Errorf("routes disagreeing on device_path_cooldown: %v", r.Refusals)
 	}
 }
