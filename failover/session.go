@@ -335,7 +335,7 @@ func (s *session) activate(ctx context.Context, epoch uint64, h *pathHealth, log
 			return nil
 		}
 		log.Error("activation failed; retrying while owner", "err", err,
-			"broker_health_step_down", s.thresholdString(s.threshold), "device_path_step_down", s.thresholdString(s.devThreshold))
+			"broker_health_step_down", offOr(s.threshold), "device_path_step_down", offOr(s.devThreshold))
 		select {
 		case <-ctx.Done():
 			return nil
@@ -344,7 +344,8 @@ func (s *session) activate(ctx context.Context, epoch uint64, h *pathHealth, log
 	}
 }
 
-func (s *session) thresholdString(d time.Duration) string {
+// offOr prints a threshold as it is configured: off, or the duration.
+func offOr(d time.Duration) string {
 	if d <= 0 {
 		return "off"
 	}

@@ -393,7 +393,11 @@ func (c *Core) onAcquireRead(now time.Duration, r Result, s *Step) {
 	// The highest epoch seen, not just this row's: a row deleted by hand
 	// must not send the fencing token backwards.
 	c.acqEpoch = c.maxEpoch + 1
-	c.took = row
+	// Re-taking our own row (a lost response, a slow takeover) keeps the
+	// row the first takeover replaced: that is where the outage began.
+	if row.Owner != c.id.Owner || c.took == (Row{}) {
+		c.took = row
+	}
 	c.issue(now, pAcqCAS, Op{Kind: OpCAS, Expect: ver, Row: c.myRow(c.acqEpoch)}, s)
 }
 
