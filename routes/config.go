@@ -115,9 +115,9 @@ type Manager struct {
 	// device_path_step_down and a standby's pickup (2 poll boundaries + 2
 	// renew_call_timeout).
 	DevicePathCooldown *Duration `yaml:"device_path_cooldown"`
-	// StartupAllowance is added to both budgets (process start, restarts).
+	// StartupAllowance is added to every budget (process start, restarts).
 	StartupAllowance *Duration `yaml:"startup_allowance"`
-	// FailoverSLO is the declared objective both budgets must fit.
+	// FailoverSLO is the declared objective every budget must fit.
 	FailoverSLO *Duration `yaml:"failover_slo"`
 }
 
