@@ -24,6 +24,7 @@ var ErrActivation = errors.New("failover: activation failed")
 type opened struct {
 	t      transports.Transport
 	isMQTT bool
+	name   string // the device's or broker's configuration name
 }
 
 // term is one ownership of a session: the transports it opened and the
@@ -38,6 +39,11 @@ type term struct {
 	bridges []*mqtt.Bridge
 	writers []*writer
 	order   []opened
+	// h tracks the ownership's paths; nil in Preflight.
+	h *pathHealth
+	// unclaim gives up the term's endpoint claims (failover/claims.go);
+	// called once its transports have closed.
+	unclaim func()
 
 	// pending holds the poll routes that have not yet published a first
 	// good value; ServiceLevelFull is reached when it is empty after
@@ -94,7 +100,7 @@ func (s *session) build(epoch uint64, owner string) (*term, error) {
 			return nil, &entryError{path: "devices." + name, what: fmt.Sprintf("session %s: device %s", s.name, name), err: err}
 		}
 		t.devices[name] = tr
-		t.order = append(t.order, opened{t: tr})
+		t.order = append(t.order, opened{t: tr, name: name})
 	}
 	for _, name := range append(remotes, locals...) {
 		c, err := broker(name)
@@ -102,7 +108,7 @@ func (s *session) build(epoch uint64, owner string) (*term, error) {
 			return nil, &entryError{path: "brokers." + name, what: fmt.Sprintf("session %s: broker %s", s.name, name), err: err}
 		}
 		if !slices.ContainsFunc(t.order, func(o opened) bool { return o.t == c }) {
-			t.order = append(t.order, opened{t: c, isMQTT: true})
+			t.order = append(t.order, opened{t: c, isMQTT: true, name: name})
 		}
 	}
 	for _, r := range s.routes {
@@ -235,11 +241,19 @@ func closeBounded(tr transports.Transport) error {
 	}
 }
 
-// open activates every transport in order; on failure it closes what was
-// opened.
+// open activates every transport in order, telling the ownership's path
+// tracker which path is opening and how it went; on failure it closes what
+// was opened.
 func (t *term) open(ctx context.Context) error {
 	for i, o := range t.order {
-		if err := openBounded(ctx, o.t); err != nil {
+		kind := pathDevice
+		if o.isMQTT {
+			kind = pathBroker
+		}
+		t.h.beginOpen(kind, o.name)
+		err := openBounded(ctx, o.t)
+		t.h.endOpen(kind, o.name, err, time.Now())
+		if err != nil {
 			t.s.sup.o.Metrics.TransportErrors.WithLabelValues(t.s.name, o.t.Name(), "open").Inc()
 			t.closeFirst(i)
 			return err
@@ -277,6 +291,16 @@ func (t *term) markPublished(route string) {
 	delete(t.pending, route)
 	t.mu.Unlock()
 	t.checkFull()
+}
+
+// isFull reports whether the term has reached ServiceLevelFull once.
+func (t *term) isFull() bool {
+	select {
+	case <-t.fullCh:
+		return true
+	default:
+		return false
+	}
 }
 
 func (t *term) checkFull() {

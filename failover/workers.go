@@ -139,14 +139,17 @@ func (p *poller) once(ctx context.Context) {
 		return
 	}
 	p.report("poll", err)
+	p.t.h.device(p.route.Device, err, time.Now())
 	if err != nil {
 		s.sup.o.Metrics.TransportErrors.WithLabelValues(s.name, p.dev.Name(), "poll").Inc()
-		return
+		// The device is gone: every tag of the group is published as bad
+		// on every failed poll (docs/mqtt.md), so consumers see the outage.
+		vals = p.badValues(vals, err)
 	}
 	good := false
 	var pubErr error
 	for _, v := range vals {
-		if !p.changed(v) {
+		if !p.changed(v) && err == nil {
 			if v.Quality == transports.Good {
 				good = true
 			}
@@ -169,6 +172,23 @@ func (p *poller) once(ctx context.Context) {
 	if good {
 		p.onGood()
 	}
+}
+
+// badValues is every tag of the group with bad quality and the poll's
+// error, keeping a value the transport returned bad itself.
+func (p *poller) badValues(vals []transports.Value, err error) []transports.Value {
+	now := time.Now()
+	out := make([]transports.Value, 0, len(p.group.Tags))
+	for _, tag := range p.group.Tags {
+		v := transports.Value{Tag: tag.Name, Quality: transports.Bad, Err: err, Timestamp: now}
+		for _, got := range vals {
+			if got.Tag == tag.Name && got.Quality == transports.Bad && got.Err != nil {
+				v = got
+			}
+		}
+		out = append(out, v)
+	}
+	return out
 }
 
 // changed decides whether v is published: always with every_poll, and

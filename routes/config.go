@@ -109,9 +109,19 @@ type Manager struct {
 	// BrokerHealthStepDown is off, or how long the broker path may stay not
 	// converged before the owner steps down; required with failover_slo.
 	BrokerHealthStepDown *BrokerHealth `yaml:"broker_health_step_down"`
-	// StartupAllowance is added to both budgets (process start, restarts).
+	// DevicePathStepDown is off (the default), or how long a session's
+	// device may stay unreachable, while the lease store is fine, before
+	// the owner releases that one session so a node that may reach the
+	// device takes it (docs/failover-budget.md).
+	DevicePathStepDown *BrokerHealth `yaml:"device_path_step_down"`
+	// DevicePathCooldown is how long a node that released a session for
+	// its device path does not compete for it. Default: the larger of
+	// device_path_step_down and a standby's pickup (2 poll boundaries + 2
+	// renew_call_timeout).
+	DevicePathCooldown *Duration `yaml:"device_path_cooldown"`
+	// StartupAllowance is added to every budget (process start, restarts).
 	StartupAllowance *Duration `yaml:"startup_allowance"`
-	// FailoverSLO is the declared objective both budgets must fit.
+	// FailoverSLO is the declared objective every budget must fit.
 	FailoverSLO *Duration `yaml:"failover_slo"`
 }
 
@@ -353,7 +363,8 @@ type Duration time.Duration
 // D returns the value as a time.Duration.
 func (d Duration) D() time.Duration { return time.Duration(d) }
 
-// BrokerHealth is broker_health_step_down as written: off or a duration.
+// BrokerHealth is an off-or-duration value as written:
+// broker_health_step_down and device_path_step_down.
 type BrokerHealth admission.BrokerHealth
 
 // Password reads the password from password_file (trailing newline

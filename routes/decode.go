@@ -371,7 +371,7 @@ func (d *decoder) brokerHealth(n *yaml.Node, v reflect.Value, path string) {
 		return
 	}
 	if dur == 0 {
-		d.errorf(n, path, "want off or a positive duration, got %q (write off to disable broker-path failover)", s)
+		d.errorf(n, path, "want off or a positive duration, got %q (write off to disable it)", s)
 		return
 	}
 	v.Set(reflect.ValueOf(BrokerHealth{Mode: admission.BrokerHealthOn, Threshold: dur}))

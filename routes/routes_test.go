@@ -337,3 +337,42 @@ func TestWriteRouteDefaults(t *testing.T) {
 		`routes[1].max_age: max_age 0s: want a duration above 0`,
 	)
 }
+
+// device_path_step_down is off or a positive duration, like
+// broker_health_step_down; a route may override the file's, and routes of
+// one session that disagree on it or on the cooldown are refused.
+func TestDevicePathSetting(t *testing.T) {
+	_, errs := parse(t, strings.Replace(base, "broker_health_step_down: 60s", "broker_health_step_down: 60s\n  device_path_step_down: 0s", 1)+
+		"routes:\n  - {name: a, session: s, kind: poll, device: plc, broker: local}\n")
+	if len(errs) != 1 || !strings.Contains(errs.Error(), `cfg.yaml:7:26: manager.device_path_step_down: want off or a positive duration, got "0s"`) {
+		t.Errorf("device_path_step_down: 0s: %v", errs)
+	}
+	// One device per session: a device is exclusive to one session.
+	extra := ""
+	for _, n := range []string{"2", "3"} {
+		extra += "  plc" + n + ":\n    kind: modbus_tcp\n    address: 127.0.0." + n + ":502\n    groups:\n      - name: g\n        tags:\n          - {name: t1, register: holding, address: 1, type: int16}\n"
+	}
+	cfg, errs := parse(t, strings.Replace(base, "broker_health_step_down: 60s", "broker_health_step_down: 60s\n  device_path_step_down: 30s", 1)+extra+`routes:
+  - {name: a, session: s, kind: poll, device: plc, broker: local}
+  - {name: b, session: quiet, kind: poll, device: plc2, broker: local, manager: {device_path_step_down: off}}
+  - {name: c, session: x, kind: poll, device: plc3, broker: local, manager: {device_path_cooldown: 45s}}
+  - {name: d, session: x, kind: poll, device: plc3, broker: local}
+`)
+	if errs != nil {
+		t.Fatal(errs)
+	}
+	reps := cfg.Admit()
+	byName := map[string]admission.Report{}
+	for _, r := range reps {
+		byName[r.Session] = r
+	}
+	if r := byName["s"]; !r.Admitted() || r.DevicePath == nil || r.DevicePathFailover != "on" || r.DevicePathCooldown != 30*time.Second {
+		t.Errorf("inherited device_path_step_down 30s: %+v", r)
+	}
+	if r := byName["quiet"]; !r.Admitted() || r.DevicePath != nil || r.DevicePathFailover != "off" {
+		t.Errorf("route device_path_step_down off: %+v", r)
+	}
+	if r := byName["x"]; r.Admitted() || !strings.Contains(strings.Join(r.Refusals, "\n"), "routes disagree on device_path_cooldown") {
+		t.Errorf("routes disagreeing on device_path_cooldown: %v", r.Refusals)
+	}
+}

@@ -64,6 +64,9 @@ func main() {
 	}
 }
 
+// churnD is the device_path_step_down of the churn example.
+const churnD = time.Minute
+
 // render returns every generated page by file name.
 func render() (map[string][]byte, error) {
 	fs := admission.FormatSeconds
@@ -108,6 +111,8 @@ func render() (map[string][]byte, error) {
 		"StandaloneRatio":          ratio(sa),
 		"ClusteredRatio":           ratio(cl),
 		"ClusteredActivationShare": fmt.Sprintf("%.0f%%", float64(cl.Activation)*100/float64(cl.OwnerDeath.Total)),
+		"ChurnD":                   fs(churnD),
+		"ChurnPerHour":             int64(time.Hour / churnD),
 	}
 	budget, err := execute(failoverBudgetTmpl, data)
 	if err != nil {

@@ -49,6 +49,9 @@ const (
 	// StateServing: ServiceLevelFull, the owner is connected, subscribed and
 	// has published its first good value.
 	StateServing = "serving"
+	// StateDegraded: the owner serves, but a device does not answer; its
+	// values are published with bad quality until it does.
+	StateDegraded = "degraded"
 	// StateReleased: the owner gave the lease up in an orderly way.
 	StateReleased = "released"
 	// StateLost: the broker published the owner's last will: its
