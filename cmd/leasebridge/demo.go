@@ -88,9 +88,9 @@ func freeAddr() (string, error) {
 // runs two bridge processes, kills the owner and reports the measured
 // takeover beside the admitted budget.
 func demo(args []string, stdout, stderr io.Writer) int {
-	fl := newFlags("demo", stderr)
+	fl := newFlags("demo", stdout, stderr)
 	keep := fl.Bool("keep", false, "keep the working directory (configs and bridge logs)")
-	if err := parseFlags(fl, args); err != nil {
+	if err := fl.parse(args); err != nil {
 		return flagStatus(err)
 	}
 	code, err := runDemo(stdout, *keep)

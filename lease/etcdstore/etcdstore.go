@@ -18,6 +18,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/leasebridge/leasebridge/internal/redact"
 	"github.com/leasebridge/leasebridge/lease"
 )
 
@@ -75,7 +76,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		Context:     context.WithoutCancel(ctx),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: connect to %v: %w", lease.ErrUnavailable, cfg.Endpoints, err)
+		return nil, fmt.Errorf("%w: connect to %v: %w", lease.ErrUnavailable, redact.URLs(cfg.Endpoints), err)
 	}
 	return &Store{cli: cli, prefix: cfg.KeyPrefix, timeout: cfg.CallTimeout}, nil
 }
