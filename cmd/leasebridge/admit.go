@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"maps"
 	"slices"
+	"sort"
 	"strings"
 
 	"github.com/leasebridge/leasebridge/failover"
@@ -180,5 +181,6 @@ func deploymentInputs(cfg *routes.Config) routes.Errors {
 			check("devices."+name, d.Credentials)
 		}
 	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Line < out[j].Line })
 	return out
 }

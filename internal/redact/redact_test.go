@@ -36,9 +36,9 @@ func TestURL(t *testing.T) {
 
 func TestText(t *testing.T) {
 	for in, want := range map[string]string{
-		`dial mqtt://u:s3cret@h:1883: refused`:                 `dial mqtt://u:xxxxx@h:1883: refused`,
-		`parse "opc.tcp://u:s3cret@h:bad": invalid port`:       `parse "opc.tcp://u:xxxxx@h:bad": invalid port`,
-		`a http://x:s3cret@h:1 and ws://y:s3cret@h:2/p done`:   `a http://x:xxxxx@h:1 and ws://y:xxxxx@h:2/p done`,
+		`dial mqtt://u:s3cret@h:1883: refused`:                  `dial mqtt://u:xxxxx@h:1883: refused`,
+		`parse "opc.tcp://u:s3cret@h:bad": invalid port`:        `parse "opc.tcp://u:xxxxx@h:bad": invalid port`,
+		`a http://x:s3cret@h:1 and ws://y:s3cret@h:2/p done`:    `a http://x:xxxxx@h:1 and ws://y:xxxxx@h:2/p done`,
 		`no secret in tcp://127.0.0.1:1883 or mail@example.org`: `no secret in tcp://127.0.0.1:1883 or mail@example.org`,
 	} {
 		if got := Text(in); got != want {
