@@ -99,11 +99,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // help is `leasebridge help [COMMAND]`.
 func help(args []string, stdout, stderr io.Writer) int {
-	switch len(args) {
-	case 0:
+	switch {
+	case len(args) == 0 || len(args) == 1 && args[0] == "help":
 		writeCommands(stdout)
 		return exitOK
-	case 1:
+	case len(args) == 1:
 		if c, ok := lookup(args[0]); ok {
 			return c.main([]string{"-h"}, stdout, stderr)
 		}
