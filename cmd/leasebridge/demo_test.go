@@ -102,9 +102,9 @@ func TestDemoSignalCleansUp(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var stderr syncWriter
+			stderr := outputFile(t)
 			cmd := exec.Command(bin, "demo")
-			cmd.Stdout, cmd.Stderr = w, &stderr
+			cmd.Stdout, cmd.Stderr = w, stderr.f
 			err = cmd.Start()
 			w.Close()
 			if err != nil {

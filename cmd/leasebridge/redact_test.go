@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -79,9 +78,9 @@ routes:
 			if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			sw := &syncWriter{}
+			sw := outputFile(t)
 			cmd := exec.Command(testbin.Leasebridge(t), "run", "-c", path, "--log-format", format, "--log-level", "debug")
-			cmd.Stdout, cmd.Stderr = sw, sw
+			cmd.Stdout, cmd.Stderr = sw.f, sw.f
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
@@ -115,26 +114,6 @@ routes:
 	}
 }
 
-// syncWriter collects a process's output while the test reads it.
-type syncWriter struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
-}
-
-func (w *syncWriter) count(s string) int { return strings.Count(w.String(), s) }
-
 // The logger itself redacts: a library's error that quotes a URL with its
 // password is logged without it, as is a message or a list of endpoints.
 func TestLoggerRedacts(t *testing.T) {
@@ -156,3 +135,24 @@ func TestLoggerRedacts(t *testing.T) {
 		}
 	}
 }
+
+// output is a process's output in a file, which the test may read while
+// the process writes.
+type output struct{ f *os.File }
+
+func outputFile(t *testing.T) output {
+	t.Helper()
+	f, err := os.Create(filepath.Join(t.TempDir(), "output"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return output{f}
+}
+
+func (o output) String() string {
+	b, _ := os.ReadFile(o.f.Name())
+	return string(b)
+}
+
+func (o output) count(s string) int { return strings.Count(o.String(), s) }
