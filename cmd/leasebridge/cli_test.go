@@ -24,6 +24,9 @@ func TestHelp(t *testing.T) {
 		if code != exitOK || code2 != exitOK || viaHelp != viaFlag || errs != "" {
 			t.Errorf("help %s (exit %d) and %s -h (exit %d) differ or fail:\n%s\n---\n%s%s", c.name, code, c.name, code2, viaHelp, viaFlag, errs)
 		}
+		if strings.Contains(viaHelp, "%!") {
+			t.Errorf("help %s has a formatting error:\n%s", c.name, viaHelp)
+		}
 		for _, want := range []string{"usage: leasebridge " + c.name, "\nflags:\n", "\nexamples:\n  # "} {
 			if !strings.Contains(viaHelp, want) {
 				t.Errorf("help %s lacks %q:\n%s", c.name, want, viaHelp)

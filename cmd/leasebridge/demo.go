@@ -132,7 +132,7 @@ func demo(args []string, stdout, stderr io.Writer) int {
 	select {
 	case s := <-caught:
 		fmt.Fprintf(stderr, "leasebridge demo: %v: bridges killed, working directory removed\n", s)
-		return 128 + int(s.(syscall.Signal))
+		return signalExit(s.(syscall.Signal))
 	default:
 	}
 	if err != nil {

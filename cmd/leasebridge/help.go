@@ -1,18 +1,42 @@
 package main
 
+import (
+	"fmt"
+	"strings"
+	"syscall"
+
+	"github.com/leasebridge/leasebridge/failover"
+)
+
+// aboutText fills an about format with the exit statuses from the code.
+func aboutText(format string) string {
+	if !strings.Contains(format, "%[") {
+		return strings.TrimSpace(format) // Sprintf would flag the unused values
+	}
+	return strings.TrimSpace(fmt.Sprintf(format, exitOK, exitRefused, exitInvalid, failover.ExitStepDown,
+		signalExit(syscall.SIGINT), signalExit(syscall.SIGTERM)))
+}
+
+// signalExit is the exit status of a command ended by sig: 128 + its number.
+func signalExit(sig syscall.Signal) int { return 128 + int(sig) }
+
 // The per-command help that `leasebridge help COMMAND` and
 // `leasebridge COMMAND -h` print, with the flags between about and
 // examples.
 
+// The about texts are formats: %[1]d is exitOK, %[2]d exitRefused, %[3]d
+// exitInvalid, %[4]d failover.ExitStepDown, %[5]d and %[6]d the demo's
+// exits on SIGINT and SIGTERM (see aboutText).
+
 const runAbout = `
-The bridge. Admission runs first: a configuration it refuses exits 1 before
-any lease store or transport is opened, an invalid one exits 2. Then one
+The bridge. Admission runs first: a configuration it refuses exits %[2]d before
+any lease store or transport is opened, an invalid one exits %[3]d. Then one
 startup line per session with its owner-death budget and
-broker_path_failover; /metrics, /healthz, /readyz and /sessions on
-http_listen. SIGTERM or SIGINT ends every ownership term and releases every
-lease (exit 0); a broker-path step-down releases everything and exits 75, to
-be restarted as a standby. A standalone node without lease_store.endpoints
-runs an embedded single-member etcd in data_dir.
+broker_path_failover; /metrics, /healthz and /readyz on http_listen.
+SIGTERM or SIGINT ends every ownership term and releases every lease (exit
+%[1]d); a broker-path step-down releases everything and exits %[4]d, to be
+restarted as a standby. A standalone node without lease_store.endpoints runs
+an embedded single-member etcd in data_dir.
 
 Every certificate, key and password file the configuration names must be
 readable, and every password_env variable set. Passwords, also those written
@@ -32,7 +56,7 @@ budgets of every session. It opens no socket, no lease store and no device.
 Certificate, key and password files may be absent and password_env variables
 unset (run requires them; admit notes them).
 
-Exit status: 0 every session admitted, 1 a session refused, 2 the
+Exit status: %[1]d every session admitted, %[2]d a session refused, %[3]d the
 configuration is invalid or unreadable, or the command line is wrong.
 
 --format text prints the report for people (problems on standard error, one
@@ -72,11 +96,11 @@ Starts an embedded etcd, an embedded MQTT broker and a simulated Modbus PLC
 behind a connection-counting proxy, runs two 'leasebridge run' processes
 against them, shows a published value and a write to the PLC through the
 broker, kills the owner and prints the measured takeover beside the budget
-admission computed, with the terms that make up that budget. It exits 0 when
+admission computed, with the terms that make up that budget. It exits %[1]d when
 the takeover stayed within the budget and the PLC never saw two clients.
 
 SIGINT or SIGTERM stops it: it kills its bridge processes, waits for them,
-removes its working directory (unless --keep) and exits 130 (SIGINT) or 143
+removes its working directory (unless --keep) and exits %[5]d (SIGINT) or %[6]d
 (SIGTERM). The demo prints to standard output; the bridges' logs are in the
 working directory.
 `

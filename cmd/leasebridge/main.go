@@ -27,6 +27,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/leasebridge/leasebridge/failover"
 	"github.com/leasebridge/leasebridge/internal/report"
 )
 
@@ -123,8 +124,9 @@ func writeCommands(w io.Writer) {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintf(w, "  %-8s %s\n", "help", "this list; `leasebridge help COMMAND` prints a command's flags and examples")
-	fmt.Fprint(w, "\nexit status: 0 admitted or stopped cleanly; 1 refused or a runtime failure;\n"+
-		"2 invalid configuration or usage; 75 (run) stepped down, restart as a standby.\n")
+	fmt.Fprintf(w, "\nexit status: %d admitted or stopped cleanly; %d refused or a runtime failure;\n"+
+		"%d invalid configuration or usage; %d (run) stepped down, restart as a standby.\n",
+		exitOK, exitRefused, exitInvalid, failover.ExitStepDown)
 }
 
 // flagSet is a command's flags: -h prints the command's help to stdout; an
@@ -188,7 +190,7 @@ func (f *flagSet) conflict(names ...string) error {
 }
 
 func (f *flagSet) writeHelp(w io.Writer) {
-	fmt.Fprintf(w, "usage: leasebridge %s %s\n\n%s\n", f.cmd.name, f.cmd.synopsis, strings.TrimSpace(f.cmd.about))
+	fmt.Fprintf(w, "usage: leasebridge %s %s\n\n%s\n", f.cmd.name, f.cmd.synopsis, aboutText(f.cmd.about))
 	fmt.Fprint(w, "\nflags:\n")
 	f.VisitAll(func(fl *flag.Flag) {
 		arg, usage := flag.UnquoteUsage(fl)
