@@ -90,12 +90,22 @@ func TestDemoTakesOverWithinBudget(t *testing.T) {
 
 // SIGTERM or SIGINT while the bridges run: the demo kills its bridge
 // processes, waits for them, removes its working directory and exits 128
-// plus the signal number.
+// plus the signal number. scripts/demo, README's first command, announces
+// its build first and passes the signal on.
 func TestDemoSignalCleansUp(t *testing.T) {
 	bin := testbin.Leasebridge(t)
 	started := regexp.MustCompile(`^started bridge-a \(pid (\d+)\) and bridge-b \(pid (\d+)\); their configurations and logs are in (\S+)$`)
-	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
-		t.Run(sig.String(), func(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		sig  syscall.Signal
+		argv []string
+	}{
+		{"SIGTERM", syscall.SIGTERM, []string{bin, "demo"}},
+		{"SIGINT", syscall.SIGINT, []string{bin, "demo"}},
+		{"scripts/demo SIGTERM", syscall.SIGTERM, []string{"bash", "../../scripts/demo"}},
+	} {
+		sig := c.sig
+		t.Run(c.name, func(t *testing.T) {
 			// A pipe of our own, not StdoutPipe, so that Wait may run while
 			// the output is read.
 			out, w, err := os.Pipe()
@@ -103,7 +113,7 @@ func TestDemoSignalCleansUp(t *testing.T) {
 				t.Fatal(err)
 			}
 			stderr := outputFile(t)
-			cmd := exec.Command(bin, "demo")
+			cmd := exec.Command(c.argv[0], c.argv[1:]...)
 			cmd.Stdout, cmd.Stderr = w, stderr.f
 			err = cmd.Start()
 			w.Close()
@@ -166,6 +176,10 @@ func TestDemoSignalCleansUp(t *testing.T) {
 			}
 			if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
 				t.Errorf("working directory %s remains: %v", dir, err)
+			}
+			const notice = "building leasebridge (the first run downloads Go modules, which can take a few minutes)...\n"
+			if c.argv[0] == "bash" && !strings.HasPrefix(stderr.String(), notice) {
+				t.Errorf("scripts/demo does not announce its build first:\n%s", stderr.String())
 			}
 		})
 	}
