@@ -123,15 +123,21 @@ func demo(args []string, stdout, stderr io.Writer) int {
 	defer cancel(nil)
 	caught := make(chan os.Signal, 1)
 	go func() {
-		if s, ok := <-sigs; ok {
+		select {
+		case s := <-sigs:
 			caught <- s
 			cancel(fmt.Errorf("%v", s))
+		case <-ctx.Done():
 		}
 	}()
 	code, err := runDemo(ctx, stdout, *keep)
 	select {
 	case s := <-caught:
-		fmt.Fprintf(stderr, "leasebridge demo: %v: bridges killed, working directory removed\n", s)
+		removed := ", working directory removed"
+		if *keep {
+			removed = ", working directory kept"
+		}
+		fmt.Fprintf(stderr, "leasebridge demo: %v: bridges killed%s\n", s, removed)
 		return signalExit(s.(syscall.Signal))
 	default:
 	}
