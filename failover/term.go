@@ -156,8 +156,8 @@ func (s *session) routeError(r *routes.Route, err error) error {
 // (by admit and by run), not at the first activation, where a term would
 // retry it while holding the lease. With needFiles false, a file a
 // transport reads as it is built (a CA, certificate, key or password file)
-// may be missing: admit runs in CI, away from the deployment's files, and
-// run checks them.
+// or a password_env variable may be missing: admit runs in CI, away from
+// the deployment's files and environment, and run checks them.
 func Preflight(cfg *routes.Config, needFiles bool) routes.Errors {
 	sv := &Supervisor{o: Options{Config: cfg}}
 	byName := routesBySession(cfg)
@@ -193,10 +193,11 @@ func Preflight(cfg *routes.Config, needFiles bool) routes.Errors {
 	return errs
 }
 
-// missingFile reports an error from reading a file.
+// missingFile reports an error from reading a file, or a password_env
+// variable that is not set: inputs the deployment provides.
 func missingFile(err error) bool {
 	var pe *fs.PathError
-	return errors.As(err, &pe)
+	return errors.As(err, &pe) || errors.Is(err, routes.ErrPasswordEnvUnset)
 }
 
 // cleanSession decides whether the session's MQTT session on a broker is

@@ -4,6 +4,7 @@
 package routes
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -367,6 +368,11 @@ func (d Duration) D() time.Duration { return time.Duration(d) }
 // broker_health_step_down and device_path_step_down.
 type BrokerHealth admission.BrokerHealth
 
+// ErrPasswordEnvUnset reports a password_env naming a variable that is not
+// set. Like a password_file that is missing, it is the deployment's to
+// provide: admit, a dry run away from it, accepts both; run refuses them.
+var ErrPasswordEnvUnset = errors.New("routes: password_env names a variable that is not set")
+
 // Password reads the password from password_file (trailing newline
 // dropped) or password_env; empty when neither is set. It is read when a
 // connection is made, never at admission.
@@ -381,7 +387,7 @@ func (c Credentials) Password() (string, error) {
 	case c.PasswordEnv != "":
 		v, ok := os.LookupEnv(c.PasswordEnv)
 		if !ok {
-			return "", fmt.Errorf("routes: password_env %s is not set", c.PasswordEnv)
+			return "", fmt.Errorf("%w: %s", ErrPasswordEnvUnset, c.PasswordEnv)
 		}
 		return v, nil
 	}

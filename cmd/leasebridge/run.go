@@ -21,6 +21,7 @@ import (
 
 	"github.com/leasebridge/leasebridge/admission"
 	"github.com/leasebridge/leasebridge/failover"
+	"github.com/leasebridge/leasebridge/internal/redact"
 	"github.com/leasebridge/leasebridge/lease"
 	"github.com/leasebridge/leasebridge/lease/etcdembed"
 	"github.com/leasebridge/leasebridge/lease/etcdstore"
@@ -36,20 +37,24 @@ import (
 // runMain is `leasebridge run -c FILE`: admission first, and a refusal
 // exits before any store or transport is opened.
 func runMain(args []string, stdout, stderr io.Writer) int {
-	fl := newFlags("run", stderr)
-	file := fl.String("c", "", "configuration file")
-	format := fl.String("log-format", "json", "json or text")
-	if err := parseFlags(fl, args); err != nil {
+	fl := newFlags("run", stdout, stderr)
+	file := fl.String("c", "", "the configuration `FILE` (required)")
+	format := fl.String("log-format", "json", "log as `json|text`")
+	level := fl.String("log-level", "info", "the least severe level logged: `debug|info|warn|error`")
+	if err := fl.parse(args); err != nil {
 		return flagStatus(err)
 	}
 	if *file == "" {
-		fmt.Fprintln(stderr, "leasebridge run: -c FILE is required")
-		return failover.ExitInvalid
+		return fl.usageError("-c FILE is required")
 	}
-	log := newLogger(stderr, *format)
+	log, err := newLogger(stderr, *format, *level)
+	if err != nil {
+		return fl.usageError("%v", err)
+	}
+	slog.SetDefault(log)
 	cfg, errs := load(*file, true)
 	if len(errs) > 0 {
-		fmt.Fprintf(stderr, "leasebridge run: %v\n", errs)
+		writeInvalid(stderr, "run", *file, errs)
 		return failover.ExitInvalid
 	}
 	reports := cfg.Admit()
@@ -75,13 +80,6 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		log.Error("run failed", "err", err, "exit_status", code)
 	}
 	return code
-}
-
-func newLogger(w io.Writer, format string) *slog.Logger {
-	if format == "text" {
-		return slog.New(slog.NewTextHandler(w, nil))
-	}
-	return slog.New(slog.NewJSONHandler(w, nil))
 }
 
 // serve opens the lease store, runs the supervisor with its HTTP endpoints
@@ -141,7 +139,7 @@ func serve(ctx context.Context, cfg *routes.Config, reports []admission.Report, 
 	hs := &http.Server{Handler: failover.Handler(sv, reg), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = hs.Serve(ln) }()
 	defer hs.Close()
-	log.Info("running", "node", node, "owner_identity", id.Owner, "http", ln.Addr().String(), "lease_store", endpoints)
+	log.Info("running", "node", node, "owner_identity", id.Owner, "http", ln.Addr().String(), "lease_store", redact.URLs(endpoints))
 
 	if started != nil {
 		started <- sv

@@ -257,14 +257,17 @@ func WriteProfile(w io.Writer, p Profile) {
 	tw.Flush()
 }
 
-// ProfileTable renders the shipped profiles as the Markdown table of
-// docs/failover-budget.md.
-func ProfileTable() (string, error) {
+// ProfileTable renders the shipped profiles (modes, or every one when
+// none is given) as the Markdown table of docs/failover-budget.md.
+func ProfileTable(modes ...admission.Mode) (string, error) {
+	if len(modes) == 0 {
+		modes = Profiles
+	}
 	var b strings.Builder
 	b.WriteString("| Profile | lease_ttl | renew_interval | lease_renew_jitter | renew_call_timeout | acquire_poll_interval | step_down_grace | Owner-death budget | Broker-path budget |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
 	short := admission.FormatSecondsShort
-	for _, m := range Profiles {
+	for _, m := range modes {
 		p, err := EvaluateProfile(m)
 		if err != nil {
 			return "", err

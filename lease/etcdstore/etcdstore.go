@@ -20,6 +20,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/leasebridge/leasebridge/internal/redact"
 	"github.com/leasebridge/leasebridge/lease"
 )
 
@@ -84,9 +85,9 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	})
 	if err != nil {
 		if e := rpctypes.Error(err); e == rpctypes.ErrAuthFailed || e == rpctypes.ErrPermissionDenied {
-			return nil, fmt.Errorf("%w: user %q at %v: %w", ErrAuth, cfg.Username, cfg.Endpoints, err)
+			return nil, fmt.Errorf("%w: user %q at %v: %w", ErrAuth, cfg.Username, redact.URLs(cfg.Endpoints), err)
 		}
-		return nil, fmt.Errorf("%w: connect to %v: %w", lease.ErrUnavailable, cfg.Endpoints, err)
+		return nil, fmt.Errorf("%w: connect to %v: %w", lease.ErrUnavailable, redact.URLs(cfg.Endpoints), err)
 	}
 	return &Store{cli: cli, prefix: cfg.KeyPrefix, timeout: cfg.CallTimeout}, nil
 }
