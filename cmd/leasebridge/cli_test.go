@@ -142,9 +142,10 @@ manager: {broker_health_step_down: 30s}
 brokers: {local: {url: "tcp://127.0.0.1:1883"}}
 devices:
   d: {kind: modbus_tcp, address: "127.0.0.1:502"}
+  e: {kind: modbus_tcp, address: "127.0.0.2:502"}
 routes:
   - {name: fine, session: ok, kind: poll, device: d, broker: local}
-  - {name: slow, session: slow, kind: poll, device: d, broker: local,
+  - {name: slow, session: slow, kind: poll, device: e, broker: local,
      manager: {failover_slo: 1s}}
 `)
 	code, out, _ = runCmd(t, "admit", "-c", mixed, "--format", "github")
@@ -156,7 +157,7 @@ routes:
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	var wantLines []string
 	for _, s := range a.Sessions {
-		line := map[string]string{"ok": "8", "slow": "9"}[s.Session]
+		line := map[string]string{"ok": "9", "slow": "10"}[s.Session]
 		if s.Admitted {
 			wantLines = append(wantLines, "::notice file="+mixed+",line="+line+",col=5,title=leasebridge admit%3A session ok admitted::owner-death budget ")
 			continue

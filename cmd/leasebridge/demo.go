@@ -332,7 +332,9 @@ func (d *demoEnv) write() error {
 	if err != nil {
 		return err
 	}
-	req := fmt.Sprintf(`{"id":"demo-1","tag":"setpoint","value":%d}`, demoSetpoint)
+	// issued_at lets the bridge refuse a command that waited too long
+	// (docs/writes.md).
+	req := fmt.Sprintf(`{"id":"demo-1","tag":"setpoint","value":%d,"issued_at":%q}`, demoSetpoint, time.Now().UTC().Format(time.RFC3339Nano))
 	fmt.Fprintf(d.out, "write request on %s: %s\n", demoWriteTopic, req)
 	if err := d.broker.Server.Publish(demoWriteTopic, []byte(req), false, 1); err != nil {
 		return err

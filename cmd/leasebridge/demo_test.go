@@ -69,7 +69,7 @@ func TestDemoTakesOverWithinBudget(t *testing.T) {
 		`owner-death budget, ` + regexp.QuoteMeta(admission.FormatSeconds(rep.OwnerDeath.Total)) + `, is the worst case`,
 		`epoch: the lease row's fencing number`,
 		`(?m)^  published on demo/plc-1/\w+: \{.*"epoch":1\b.*\}$`,
-		`(?m)^write request on demo-cmd/plc-1/write: \{"id":"demo-1","tag":"setpoint","value":1234\}$`,
+		`(?m)^write request on demo-cmd/plc-1/write: \{"id":"demo-1","tag":"setpoint","value":1234,"issued_at":"[0-9TZ:.-]+"\}$`,
 		`(?m)^  reply on demo-cmd/plc-1/reply: \{.*"id":"demo-1".*\}$`,
 		`(?m)^  the PLC's holding register 1 \(setpoint\) now reads 1234$`,
 		`(?m)^  first value at epoch 2, on demo/plc-1/\w+: \{.*"epoch":2\b.*\}$`,
