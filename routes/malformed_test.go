@@ -168,12 +168,12 @@ routes:
 	for _, a := range ss[0].Inputs.Transports {
 		names = append(names, a.Name)
 	}
-	if got := strings.Join(names, " "); got != "modbus_tcp:plc modbus_tcp:plc2 mqtt:local" {
+	if got := strings.Join(names, " "); got != routes.EndpointClaim+" modbus_tcp:plc modbus_tcp:plc2 mqtt:local" {
 		t.Fatalf("transports %q", got)
 	}
 	r := cfg.Admit()[0]
 	d := cfg.Devices["plc"]
-	if want := 2*d.ActivationBound() + cfg.Brokers["local"].ActivationBound(); r.Activation != want {
+	if want := r.Timing.RenewCallTimeout + 2*d.ActivationBound() + cfg.Brokers["local"].ActivationBound(); r.Activation != want {
 		t.Fatalf("activation %v, want %v", r.Activation, want)
 	}
 }

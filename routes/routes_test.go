@@ -258,6 +258,7 @@ func TestSessionInputsCarryTransportsAndPolicy(t *testing.T) {
 	}
 	s := cfg.Sessions()[0]
 	want := []admission.Activation{
+		{Name: routes.EndpointClaim, Bound: 3 * time.Second}, // the clustered renew_call_timeout
 		{Name: "modbus_tcp:plc", Bound: 7 * time.Second, Close: time.Second},
 		{Name: "mqtt:local", Bound: 240 * time.Second, Close: time.Second},
 	}
@@ -268,7 +269,7 @@ func TestSessionInputsCarryTransportsAndPolicy(t *testing.T) {
 		t.Errorf("inputs %+v", s.Inputs)
 	}
 	r := cfg.Admit()[0]
-	if !r.Admitted() || r.OwnerDeath.Total != 45*time.Second+12500*time.Millisecond+39*time.Second+247*time.Second+2*time.Second {
+	if !r.Admitted() || r.OwnerDeath.Total != 45*time.Second+12500*time.Millisecond+39*time.Second+250*time.Second+2*time.Second {
 		t.Errorf("report %+v", r)
 	}
 }
