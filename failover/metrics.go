@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/leasebridge/leasebridge/internal/buildinfo"
 )
 
 // Metrics are the Prometheus series of a running bridge; docs/operations.md
@@ -26,6 +28,8 @@ type Metrics struct {
 	TransportErrors *prometheus.CounterVec
 	// Takeovers counts the times this process became a session's owner.
 	Takeovers *prometheus.CounterVec
+	// BuildInfo is 1, labelled with the running binary's build stamp.
+	BuildInfo *prometheus.GaugeVec
 }
 
 // States a session reports in leasebridge_session_state.
@@ -67,8 +71,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "leasebridge_takeovers_total",
 			Help: "Times this process became the session's owner.",
 		}, []string{"session"}),
+		BuildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "leasebridge_build_info",
+			Help: "1, labelled with the binary's module version, VCS revision, dirty flag and Go version (as `leasebridge version` prints).",
+		}, buildinfo.LabelNames),
 	}
-	reg.MustRegister(m.FailureToFull, m.State, m.Epoch, m.RenewFailures, m.StepDowns, m.Budget, m.TransportErrors, m.Takeovers)
+	m.BuildInfo.WithLabelValues(buildinfo.Read().Labels()...).Set(1)
+	reg.MustRegister(m.FailureToFull, m.State, m.Epoch, m.RenewFailures, m.StepDowns, m.Budget, m.TransportErrors, m.Takeovers, m.BuildInfo)
 	return m
 }
 

@@ -6,6 +6,7 @@
 //	leasebridge admit -c FILE [--json]      dry run for CI: opens nothing
 //	leasebridge budget --profile NAME [--json|--markdown]
 //	leasebridge demo                        a takeover against its budget
+//	leasebridge version                     the build stamp (also --version)
 //
 // Exit status: 0 admitted (admit) or stopped cleanly with every lease
 // released (run); 1 refused by admission or a runtime failure; 2 invalid
@@ -42,6 +43,7 @@ const usage = `usage:
                                             a lease profile's budgets (standalone, clustered, all)
   leasebridge demo                          two bridges, one simulated PLC, a takeover measured
                                             against its admitted budget
+  leasebridge version                       module version, VCS revision, Go version (also --version)
 `
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -58,6 +60,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runMain(args[1:], stdout, stderr)
 	case "demo":
 		return demo(args[1:], stdout, stderr)
+	case "version", "--version":
+		return version(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
