@@ -224,33 +224,36 @@ func TestDocsTableMatchesBinary(t *testing.T) {
 	}
 }
 
-// The configuration embedded in the Kubernetes example is admitted too.
+// The configuration embedded in each Kubernetes example is admitted too.
 func TestKubernetesExampleConfigIsAdmitted(t *testing.T) {
-	raw, err := os.ReadFile("../../examples/kubernetes/sidecar.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(raw))
-	found := false
-	for {
-		var doc struct {
-			Kind string            `yaml:"kind"`
-			Data map[string]string `yaml:"data"`
+	for _, name := range []string{"shared-broker.yaml", "clustered-broker.yaml"} {
+		raw, err := os.ReadFile("../../examples/kubernetes/" + name)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if err := dec.Decode(&doc); err != nil {
-			break
+		dec := yaml.NewDecoder(bytes.NewReader(raw))
+		found := false
+		for {
+			var doc struct {
+				Kind string            `yaml:"kind"`
+				Data map[string]string `yaml:"data"`
+			}
+			if err := dec.Decode(&doc); err != nil {
+				break
+			}
+			cfg, ok := doc.Data["config.yaml"]
+			if doc.Kind != "ConfigMap" || !ok {
+				continue
+			}
+			found = true
+			code, out, errs := runCmd(t, "admit", "-c", writeConfig(t, cfg))
+			if code != exitOK {
+				t.Errorf("%s config: exit %d\n%s%s", name, code, out, errs)
+			}
 		}
-		if doc.Kind != "ConfigMap" {
-			continue
+		if !found {
+			t.Errorf("no leasebridge ConfigMap in examples/kubernetes/%s", name)
 		}
-		found = true
-		code, out, errs := runCmd(t, "admit", "-c", writeConfig(t, doc.Data["config.yaml"]))
-		if code != exitOK {
-			t.Errorf("kubernetes example config: exit %d\n%s%s", code, out, errs)
-		}
-	}
-	if !found {
-		t.Fatal("no ConfigMap in examples/kubernetes/sidecar.yaml")
 	}
 }
 
