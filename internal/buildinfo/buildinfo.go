@@ -5,6 +5,7 @@
 package buildinfo
 
 import (
+	"debug/buildinfo"
 	"fmt"
 	"runtime"
 	"runtime/debug"
@@ -38,6 +39,15 @@ func Read() Info {
 		return Info{Version: "(devel)", Revision: Unknown, Time: Unknown, GoVersion: runtime.Version()}
 	}
 	return FromBuildInfo(bi)
+}
+
+// FromBinary reads the stamp of the Go binary at path.
+func FromBinary(path string) (Info, error) {
+	bi, err := buildinfo.ReadFile(path)
+	if err != nil {
+		return Info{}, fmt.Errorf("buildinfo: %s: %w", path, err)
+	}
+	return FromBuildInfo(bi), nil
 }
 
 // FromBuildInfo extracts the stamp from bi.
