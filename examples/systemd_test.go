@@ -82,6 +82,18 @@ func TestSystemdUnitSecurity(t *testing.T) {
 	if score > maxExposure {
 		t.Errorf("exposure %.1f > %.1f:\n%s", score, maxExposure, out)
 	}
+	for doc, want := range map[string]string{
+		"../docs/install-systemd.md": "security leasebridge` scores it " + m[1] + " (OK)",
+		"../README.md":               "`systemd-analyze security` exposure " + m[1] + ",",
+	} {
+		raw, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(strings.Join(strings.Fields(string(raw)), " "), want) {
+			t.Errorf("%s does not say %q, the measured score", doc, want)
+		}
+	}
 	raw, err := os.ReadFile(unitFile)
 	if err != nil {
 		t.Fatal(err)
