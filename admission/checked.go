@@ -70,12 +70,13 @@ func ceilDiv(a, b int64) int64 {
 // PollBoundary is max(1ms, ceil(5*P/4)): the longest jittered acquire poll
 // wait, rounded up, that a standby can sleep between two Acquire calls.
 func PollBoundary(p time.Duration) (time.Duration, error) {
+	// ceil(5P/4) = P + ceil(P/4): no 5P intermediate to overflow.
 	var c calc
-	five := c.mul("poll_boundary", p, 5)
+	b := c.add("poll_boundary", p, time.Duration(ceilDiv(int64(max(p, 0)), 4)))
 	if c.err != nil {
 		return 0, c.err
 	}
-	return max(time.Millisecond, time.Duration(ceilDiv(int64(five), 4))), nil
+	return max(time.Millisecond, b), nil
 }
 
 // MinJitteredPoll is max(1ms, P - (P/2)/2): the shortest wait a standby can

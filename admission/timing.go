@@ -144,8 +144,10 @@ func ResolveTiming(mode Mode, o Overrides) (Timing, error) {
 			t.RenewJitter = pick("lease_renew_jitter", o.RenewJitter, 0, Pinned)
 			t.RenewInterval = round - t.RenewJitter/2
 		} else {
-			// R + R/8 = round, so R = round*8/9 and the jitter takes the rest.
-			t.RenewInterval = c.mul("renew_interval", round, 8) / 9
+			// R + R/8 = round, so R = floor(round*8/9) and the jitter takes
+			// the rest; written as round - ceil(round/9) so no 8*round
+			// intermediate can overflow.
+			t.RenewInterval = round - time.Duration(ceilDiv(int64(max(round, 0)), 9))
 			t.RenewJitter = 2 * (round - t.RenewInterval)
 			t.Origins["lease_renew_jitter"] = Derived
 		}

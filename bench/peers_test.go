@@ -9,8 +9,10 @@
 package bench
 
 import (
+	"fmt"
 	"io"
 	"log"
+	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -34,10 +36,40 @@ type registers struct {
 func startModbus(tb testing.TB, maxClients uint) (string, *registers) {
 	tb.Helper()
 	addr := testbin.FreeAddr(tb)
+	regs := newRegisters()
+	serveModbus(tb, addr, maxClients, regs)
+	return addr, regs
+}
+
+// startModbusMany runs n Modbus TCP servers on one free port of n loopback
+// addresses (127.0.1.1, 127.0.1.2, ...), sharing one register map:
+// admission refuses two device entries with one endpoint, so each session
+// of a many-session run needs a device of its own.
+func startModbusMany(tb testing.TB, n int) []string {
+	tb.Helper()
+	_, port, err := net.SplitHostPort(testbin.FreeAddr(tb))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	regs := newRegisters()
+	addrs := make([]string, n)
+	for i := range addrs {
+		addrs[i] = net.JoinHostPort(fmt.Sprintf("127.0.%d.%d", 1+i/250, 1+i%250), port)
+		serveModbus(tb, addrs[i], 2, regs)
+	}
+	return addrs
+}
+
+func newRegisters() *registers {
 	regs := &registers{}
 	for i := range regs.holding {
 		regs.holding[i] = uint16(1000 + i)
 	}
+	return regs
+}
+
+func serveModbus(tb testing.TB, addr string, maxClients uint, regs *registers) {
+	tb.Helper()
 	srv, err := mbserver.NewServer(&mbserver.ServerConfiguration{URL: "tcp://" + addr, MaxClients: maxClients,
 		Logger: log.New(io.Discard, "", 0)}, regs)
 	if err != nil {
@@ -47,7 +79,6 @@ func startModbus(tb testing.TB, maxClients uint) (string, *registers) {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _ = srv.Stop() })
-	return addr, regs
 }
 
 func (r *registers) HandleCoils(*mbserver.CoilsRequest) ([]bool, error) {

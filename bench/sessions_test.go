@@ -45,13 +45,13 @@ brokers:
   local: {url: "%[2]s", connect_timeout: 10s, reconcile_timeout: 10s, unmatched_grace: 1s}
 `
 
-func writeManyConfig(tb testing.TB, etcd, broker, modbusAddr, httpAddr string) (string, *routes.Config) {
+func writeManyConfig(tb testing.TB, etcd, broker string, modbusAddrs []string, httpAddr string) (string, *routes.Config) {
 	tb.Helper()
 	var b strings.Builder
 	fmt.Fprintf(&b, manyConfig, etcd, broker, httpAddr)
 	b.WriteString("devices:\n")
 	for i := range manySessions {
-		fmt.Fprintf(&b, "  d%04d: {kind: modbus_tcp, address: \"%s\", groups: [{name: g, interval: 10s, tags: [{name: cycles, register: holding, address: 0, type: uint16}]}]}\n", i, modbusAddr)
+		fmt.Fprintf(&b, "  d%04d: {kind: modbus_tcp, address: \"%s\", groups: [{name: g, interval: 10s, tags: [{name: cycles, register: holding, address: 0, type: uint16}]}]}\n", i, modbusAddrs[i])
 	}
 	b.WriteString("routes:\n")
 	for i := range manySessions {
@@ -176,9 +176,9 @@ func BenchmarkThousandSessions(b *testing.B) {
 func thousandSessions(b *testing.B, gogc, name string) {
 	etcd := testetcd.StartBinary(b, 1)
 	broker := testmqtt.StartMosquitto(b, testmqtt.MosquittoConfig{})
-	modbusAddr, _ := startModbus(b, 2*manySessions)
+	modbusAddrs := startModbusMany(b, manySessions)
 	httpAddr := testbin.FreeAddr(b)
-	path, cfg := writeManyConfig(b, etcd.Endpoints()[0], broker.URL, modbusAddr, httpAddr)
+	path, cfg := writeManyConfig(b, etcd.Endpoints()[0], broker.URL, modbusAddrs, httpAddr)
 	reps := cfg.Admit()
 	renew := reps[0].Timing.RenewInterval
 

@@ -28,6 +28,17 @@ type Metrics struct {
 	TransportErrors *prometheus.CounterVec
 	// Takeovers counts the times this process became a session's owner.
 	Takeovers *prometheus.CounterVec
+	// ClaimConflicts is 1 while a device endpoint of the session is
+	// claimed under another key_prefix or session and the term waits.
+	ClaimConflicts *prometheus.GaugeVec
+	// TimingMismatch is 1 while the row's owner runs a lease timing other
+	// than this node's.
+	TimingMismatch *prometheus.GaugeVec
+	// TimingMismatches counts the distinct owner timings seen that differ
+	// from this node's.
+	TimingMismatches *prometheus.CounterVec
+	// StoreUp is 1 while the lease store answers this process's probe.
+	StoreUp prometheus.Gauge
 	// BuildInfo is 1, labelled with the running binary's build stamp.
 	BuildInfo *prometheus.GaugeVec
 }
@@ -71,13 +82,30 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "leasebridge_takeovers_total",
 			Help: "Times this process became the session's owner.",
 		}, []string{"session"}),
+		ClaimConflicts: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "leasebridge_endpoint_claim_conflicts",
+			Help: "1 while a device endpoint of the session is claimed under another key_prefix or session; the owner does not activate.",
+		}, []string{"session"}),
+		TimingMismatch: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "leasebridge_timing_mismatch",
+			Help: "1 while the lease row's owner runs a lease timing (lease_ttl, renew_interval, renew_call_timeout, acquire_poll_interval, fence_after) other than this node's; a standby then waits the longer lease_ttl.",
+		}, []string{"session"}),
+		TimingMismatches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasebridge_timing_mismatches_total",
+			Help: "Distinct row-owner lease timings seen that differ from this node's.",
+		}, []string{"session"}),
+		StoreUp: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "leasebridge_lease_store_up",
+			Help: "1 while the lease store answers the linearizable probe this process sends several times per renew_interval, each within renew_call_timeout; 0 otherwise.",
+		}),
 		BuildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "leasebridge_build_info",
 			Help: "1, labelled with the binary's module version, VCS revision, dirty flag and Go version (as `leasebridge version` prints).",
 		}, buildinfo.LabelNames),
 	}
 	m.BuildInfo.WithLabelValues(buildinfo.Read().Labels()...).Set(1)
-	reg.MustRegister(m.FailureToFull, m.State, m.Epoch, m.RenewFailures, m.StepDowns, m.Budget, m.TransportErrors, m.Takeovers, m.BuildInfo)
+	reg.MustRegister(m.FailureToFull, m.State, m.Epoch, m.RenewFailures, m.StepDowns, m.Budget, m.TransportErrors, m.Takeovers,
+		m.ClaimConflicts, m.TimingMismatch, m.TimingMismatches, m.StoreUp, m.BuildInfo)
 	return m
 }
 

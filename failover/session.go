@@ -2,6 +2,7 @@ package failover
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"sync"
@@ -27,14 +28,16 @@ type session struct {
 	mgr       *lease.Manager
 	log       *slog.Logger
 
-	state atomic.Value // string, one of States
-	owned atomic.Bool
-	full  atomic.Bool
+	state    atomic.Value // string, one of States
+	conflict atomic.Value // string, see SessionStatus.EndpointConflict
+	owned    atomic.Bool
+	full     atomic.Bool
 
 	mu       sync.Mutex
 	stopTerm chan struct{} // closed to end the current term gracefully
 	termDone chan struct{} // closed when the current term has closed
 	lastFull time.Duration // last FailureToFullDuration, for tests and logs
+	timing   timingState   // the row owner's timing against this node's
 }
 
 func (s *session) setState(st string) {
@@ -86,6 +89,8 @@ func (s *session) handle(ev lease.Event) {
 		s.log.Warn("ownership ended", "event", ev.Kind.String(), "epoch", ev.Epoch)
 	case lease.EventReleased:
 		s.log.Info("lease released", "epoch", ev.Epoch, "err", ev.Err)
+	case lease.EventTimingMismatch, lease.EventTimingMatch:
+		s.onTiming(ev)
 	}
 }
 
@@ -135,17 +140,25 @@ func (s *session) serve(ev lease.Event, stop <-chan struct{}) {
 	log.Info("became owner", "observed_stale_row_ago", lease.Now()-ev.Observed)
 
 	var t *term
+	unclaim := func() {}
+	defer func() { unclaim(); s.setConflict("") }()
 	for {
 		s.setState("activating")
 		var err error
-		t, err = s.build(ev.Epoch, o.Identity.Owner)
+		if unclaim, err = s.claimEndpoints(ctx, o.Identity.Owner); err == nil {
+			t, err = s.build(ev.Epoch, o.Identity.Owner)
+		}
 		if err == nil {
 			err = t.open(ctx)
 		}
 		if err == nil {
 			break
 		}
-		log.Error("activation failed; retrying while owner", "err", err)
+		unclaim()
+		unclaim = func() {}
+		if !errors.Is(err, lease.ErrClaimed) {
+			log.Error("activation failed; retrying while owner", "err", err)
+		}
 		// The lease stays ours; a standby could not do better against a
 		// device or broker that refuses everyone. Retry after a poll.
 		select {

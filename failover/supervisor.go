@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leasebridge/leasebridge/admission"
@@ -21,6 +22,10 @@ var (
 	ErrStepDown = errors.New("failover: stepped down after the broker path stayed lost")
 	// ErrNotAdmitted reports a session whose admission report has refusals.
 	ErrNotAdmitted = errors.New("failover: session not admitted")
+	// ErrReleaseFailed is what Run returns after SIGTERM when a lease
+	// release failed (the store did not confirm it): standbys take over
+	// after lease_ttl, and the process exits with ExitFailure.
+	ErrReleaseFailed = errors.New("failover: lease release failed")
 )
 
 // Options configure a Supervisor.
@@ -31,6 +36,8 @@ type Options struct {
 	Reports []admission.Report
 	// Store holds the lease rows.
 	Store lease.Store
+	// StoreEndpoints name the store in log lines (passwords redacted).
+	StoreEndpoints []string
 	// Identity is this process's lease identity.
 	Identity lease.Identity
 	// Node is the node name, for client ids.
@@ -39,6 +46,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Metrics receives the series; create with NewMetrics.
 	Metrics *Metrics
+	// Claims, when set, records the device endpoints of every owned
+	// session (docs/lease-protocol.md, endpoint claims).
+	Claims lease.Claimer
 }
 
 // Supervisor runs every session of a process.
@@ -47,6 +57,11 @@ type Supervisor struct {
 	sessions []*session
 	stepDown chan stepDownRequest
 	once     sync.Once
+	health   *storeHealth
+	// managers counts the lease managers running; stopping is set once
+	// the process shuts down or steps down.
+	managers atomic.Int32
+	stopping atomic.Bool
 }
 
 type stepDownRequest struct {
@@ -66,7 +81,7 @@ func routesBySession(cfg *routes.Config) map[string][]*routes.Route {
 
 // New builds a manager per admitted session; nothing is opened until Run.
 func New(o Options) (*Supervisor, error) {
-	sv := &Supervisor{o: o, stepDown: make(chan stepDownRequest, 1)}
+	sv := &Supervisor{o: o, stepDown: make(chan stepDownRequest, 1), health: newStoreHealth(o)}
 	byName := routesBySession(o.Config)
 	inputs := map[string]routes.Session{}
 	for _, s := range o.Config.Sessions() {
@@ -97,6 +112,9 @@ func New(o Options) (*Supervisor, error) {
 		}
 		s.mgr = mgr
 		s.setState("standby")
+		s.setConflict("")
+		o.Metrics.TimingMismatch.WithLabelValues(rep.Session).Set(0)
+		o.Metrics.TimingMismatches.WithLabelValues(rep.Session).Add(0)
 		o.Metrics.Budget.WithLabelValues(rep.Session, "owner_death").Set(rep.OwnerDeath.Total.Seconds())
 		if rep.BrokerPath != nil {
 			o.Metrics.Budget.WithLabelValues(rep.Session, "broker_path").Set(rep.BrokerPath.Total.Seconds())
@@ -132,30 +150,35 @@ func LogBudgets(log *slog.Logger, reports []admission.Report) {
 }
 
 // Run drives every session until ctx ends, then ends every term in an
-// orderly way and releases every lease (returning nil), or until a
-// broker-path step-down (returning ErrStepDown after releasing every
-// lease).
+// orderly way and releases every lease (returning nil, or an error
+// wrapping ErrReleaseFailed when a release failed), or until a broker-path
+// step-down (returning ErrStepDown after releasing every lease).
 func (sv *Supervisor) Run(ctx context.Context) error {
 	mctx, mcancel := context.WithCancel(context.Background())
 	defer mcancel()
 	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); sv.health.run(mctx) }()
 	for _, s := range sv.sessions {
 		// One goroutine per session while it stands by: the manager's;
 		// lease events are handled on it (session.handle).
 		wg.Add(1)
+		sv.managers.Add(1)
 		go func() {
 			defer wg.Done()
 			if err := s.mgr.Run(mctx); err != nil && !errors.Is(err, context.Canceled) {
 				s.log.Error("lease manager stopped", "err", err)
 			}
+			sv.managers.Add(-1)
 			s.stopped()
 		}()
 	}
 	var result error
 	select {
 	case <-ctx.Done():
+		sv.stopping.Store(true)
 		sv.o.Logger.Info("shutting down: releasing every lease")
-		sv.releaseAll(nil)
+		result = sv.releaseAll(nil)
 	case req := <-sv.stepDown:
 		sv.runStepDown(req)
 		result = ErrStepDown
@@ -168,7 +191,10 @@ func (sv *Supervisor) Run(ctx context.Context) error {
 // requestStepDown asks Run to step the process down; only the first
 // request counts.
 func (sv *Supervisor) requestStepDown(s *session, st transports.State) {
-	sv.once.Do(func() { sv.stepDown <- stepDownRequest{s: s, state: st} })
+	sv.once.Do(func() {
+		sv.stopping.Store(true)
+		sv.stepDown <- stepDownRequest{s: s, state: st}
+	})
 }
 
 // runStepDown is the broker-path step-down of DESIGN.md: bounded source
@@ -186,22 +212,30 @@ func (sv *Supervisor) runStepDown(req stepDownRequest) {
 	}
 	cancel()
 	ctx, cancel = context.WithTimeout(context.Background(), stage)
+	released := "every lease released"
 	if err := s.mgr.Release(ctx); err != nil {
 		// The standby then waits out lease_ttl: the owner-death path.
 		log.Error("lease release failed; standbys take over after lease_ttl", "bound", stage.String(), "err", err)
+		released = "lease releases failed"
 	}
 	cancel()
 	log.Info("settlement grace", "step_down_grace", grace.String())
 	time.Sleep(grace)
-	sv.releaseAll(s)
-	sv.o.Logger.Error("stepped down: every lease released; exiting for a restart as standby",
+	// Each failure is logged; the exit status stays ExitStepDown, since a
+	// restart as standby is what the process needs either way.
+	if sv.releaseAll(s) != nil {
+		released = "lease releases failed"
+	}
+	sv.o.Logger.Error("stepped down: "+released+"; exiting for a restart as standby",
 		"exit_status", ExitStepDown, "session", s.name, "broker_err", req.state.Err)
 }
 
 // releaseAll ends every term in an orderly way and releases every lease
-// except skip's, concurrently, each within its own bound.
-func (sv *Supervisor) releaseAll(skip *session) {
+// except skip's, concurrently, each within its own bound. It logs every
+// release that failed and returns ErrReleaseFailed naming how many.
+func (sv *Supervisor) releaseAll(skip *session) error {
 	var wg sync.WaitGroup
+	var failed atomic.Int32
 	for _, s := range sv.sessions {
 		if s == skip {
 			continue
@@ -217,15 +251,21 @@ func (sv *Supervisor) releaseAll(skip *session) {
 			cancel()
 			ctx, cancel = context.WithTimeout(context.Background(), 2*t.RenewCallTimeout)
 			if err := s.mgr.Release(ctx); err != nil && !errors.Is(err, lease.ErrStopped) {
-				s.log.Error("release", "err", err)
+				failed.Add(1)
+				s.log.Error("lease release failed; standbys take over after lease_ttl",
+					"lease_ttl", admission.FormatSeconds(t.LeaseTTL), "err", scrub(err.Error(), sv.o.StoreEndpoints))
 			}
 			cancel()
 		}()
 	}
 	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		return fmt.Errorf("%w: %d of %d sessions", ErrReleaseFailed, n, len(sv.sessions))
+	}
+	return nil
 }
 
-// SessionStatus is one session's state for /readyz and logs.
+// SessionStatus is one session's state for /sessions, /readyz and logs.
 type SessionStatus struct {
 	Session string `json:"session"`
 	State   string `json:"state"`
@@ -236,6 +276,12 @@ type SessionStatus struct {
 	FailureToFullNS int64 `json:"failure_to_full_ns,omitempty"`
 	// OwnerDeathBudgetNS is the admitted owner-death budget.
 	OwnerDeathBudgetNS int64 `json:"owner_death_budget_ns"`
+	// EndpointConflict names the claim of another key_prefix or session
+	// on a device endpoint that keeps the owned session from activating.
+	EndpointConflict string `json:"endpoint_conflict,omitempty"`
+	// TimingMismatch is set while the row's owner runs a lease timing
+	// other than this node's.
+	TimingMismatch *TimingMismatch `json:"timing_mismatch,omitempty"`
 }
 
 // Status reports every session, in name order.
@@ -243,20 +289,36 @@ func (sv *Supervisor) Status() []SessionStatus {
 	out := make([]SessionStatus, 0, len(sv.sessions))
 	for _, s := range sv.sessions {
 		s.mu.Lock()
-		last := s.lastFull
+		last, mismatch := s.lastFull, s.timing.current
 		s.mu.Unlock()
+		conflict, _ := s.conflict.Load().(string)
 		out = append(out, SessionStatus{Session: s.name, State: s.State(), Owner: s.owned.Load(),
-			ServiceLevelFull: s.full.Load(), FailureToFullNS: int64(last), OwnerDeathBudgetNS: int64(s.report.OwnerDeath.Total)})
+			ServiceLevelFull: s.full.Load(), FailureToFullNS: int64(last), OwnerDeathBudgetNS: int64(s.report.OwnerDeath.Total),
+			EndpointConflict: conflict, TimingMismatch: mismatch})
 	}
 	return out
 }
 
-// Ready reports whether every owned session is at ServiceLevelFull.
-func (sv *Supervisor) Ready() bool {
-	for _, s := range sv.sessions {
-		if s.owned.Load() && !s.full.Load() {
-			return false
-		}
+// Ready reports whether this process can do its job: the lease store
+// answers, every lease manager runs and the process is neither shutting
+// down nor stepping down. Whether a device is up or a session is at
+// ServiceLevelFull is not part of it: that is Status.
+func (sv *Supervisor) Ready() bool { return len(sv.NotReady()) == 0 }
+
+// NotReady lists why the process is not ready; empty when it is.
+func (sv *Supervisor) NotReady() []string {
+	var why []string
+	if !sv.health.up.Load() {
+		why = append(why, "lease store unreachable")
 	}
-	return true
+	if n := int(sv.managers.Load()); n < len(sv.sessions) {
+		why = append(why, fmt.Sprintf("%d of %d lease managers running", n, len(sv.sessions)))
+	}
+	if sv.stopping.Load() {
+		why = append(why, "shutting down or stepping down")
+	}
+	return why
 }
+
+// StoreUp reports whether the lease store answered the last probe.
+func (sv *Supervisor) StoreUp() bool { return sv.health.up.Load() }

@@ -69,6 +69,8 @@ type bridge struct {
 	sv      *failover.Supervisor
 	reg     *prometheus.Registry
 	report  admission.Report
+	reports []admission.Report
+	logs    *syncBuffer
 	cancel  context.CancelFunc
 	done    chan error
 	http    *httptest.Server
@@ -76,6 +78,27 @@ type bridge struct {
 }
 
 func (p *peers) bridge(t *testing.T, node string) *bridge {
+	t.Helper()
+	return p.bridgeAt(t, node, "/failover-test/", p.etcd.Endpoints[0], nil)
+}
+
+// bridgeOf is a bridge of the fleet keyPrefix names; logs, when set,
+// receives its log as JSON lines.
+func (p *peers) bridgeOf(t *testing.T, node, keyPrefix string, logs io.Writer) *bridge {
+	t.Helper()
+	return p.bridgeAt(t, node, keyPrefix, p.etcd.Endpoints[0], logs)
+}
+
+// bridgeVia is bridge with the lease store at etcdURL (a fault proxy, or a
+// port nobody listens on).
+func (p *peers) bridgeVia(t *testing.T, node, etcdURL string) *bridge {
+	t.Helper()
+	return p.bridgeAt(t, node, "/failover-test/", etcdURL, nil)
+}
+
+// bridgeAt is a bridge of the fleet keyPrefix names with the lease store at
+// etcdURL; jsonLogs, when set, also receives its log as JSON lines.
+func (p *peers) bridgeAt(t *testing.T, node, keyPrefix, etcdURL string, jsonLogs io.Writer) *bridge {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -85,8 +108,8 @@ func (p *peers) bridge(t *testing.T, node string) *bridge {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = bp.Close() })
-	y := testbin.Config(testbin.Bridge{Etcd: p.etcd.Endpoints[0], Broker: "tcp://" + bp.Addr(), PLC: p.plc.Addr(), Node: node,
-		KeyPrefix: "/failover-test/", Topic: "t/{tag}"})
+	y := testbin.Config(testbin.Bridge{Etcd: etcdURL, Broker: "tcp://" + bp.Addr(), PLC: p.plc.Addr(), Node: node,
+		KeyPrefix: keyPrefix, Topic: "t/{tag}"})
 	cfg, err := routes.Parse(node+".yaml", []byte(y))
 	if err != nil {
 		t.Fatal(err)
@@ -95,22 +118,28 @@ func (p *peers) bridge(t *testing.T, node string) *bridge {
 	if !reports[0].Admitted() {
 		t.Fatalf("refused: %v", reports[0].Refusals)
 	}
-	store, err := etcdstore.New(ctx, etcdstore.Config{Endpoints: p.etcd.Endpoints, DialTimeout: time.Second, KeyPrefix: cfg.LeaseStore.KeyPrefix})
+	store, err := etcdstore.New(ctx, etcdstore.Config{Endpoints: []string{etcdURL}, DialTimeout: time.Second, KeyPrefix: cfg.LeaseStore.KeyPrefix})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = store.Close() })
 	reg := prometheus.NewRegistry()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	logs := &syncBuffer{}
+	var w io.Writer = logs
 	if testing.Verbose() {
-		log = slog.New(slog.NewTextHandler(testWriter{t}, nil)).With("node", node)
+		w = io.MultiWriter(logs, testWriter{t})
 	}
-	sv, err := failover.New(failover.Options{Config: cfg, Reports: reports, Store: store, Identity: lease.NewIdentity(node),
-		Node: node, Logger: log, Metrics: failover.NewMetrics(reg)})
+	log := slog.New(slog.NewTextHandler(w, nil)).With("node", node)
+	if jsonLogs != nil {
+		log = slog.New(slog.NewJSONHandler(io.MultiWriter(logs, jsonLogs), nil))
+	}
+	sv, err := failover.New(failover.Options{Config: cfg, Reports: reports, Store: store, StoreEndpoints: []string{etcdURL},
+		Identity: lease.NewIdentity(node), Node: node, Logger: log, Metrics: failover.NewMetrics(reg), Claims: store})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &bridge{node: node, sv: sv, reg: reg, report: reports[0], cancel: cancel, done: make(chan error, 1), brokerP: bp}
+	b := &bridge{node: node, sv: sv, reg: reg, report: reports[0], reports: reports, cancel: cancel, done: make(chan error, 1),
+		brokerP: bp, logs: logs}
 	b.http = httptest.NewServer(failover.Handler(sv, reg))
 	t.Cleanup(b.http.Close)
 	go func() { b.done <- sv.Run(ctx) }()

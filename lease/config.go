@@ -37,6 +37,12 @@ func ConfigFromReport(r admission.Report) Config {
 	}
 }
 
+// RowTiming is the cadence this configuration writes into its rows.
+func (c Config) RowTiming() RowTiming {
+	return RowTiming{LeaseTTL: c.LeaseTTL, RenewInterval: c.RenewInterval, RenewCallTimeout: c.RenewCallTimeout,
+		AcquirePollInterval: c.AcquirePollInterval, FenceAfter: c.FenceAfter}
+}
+
 // Validate rejects a configuration the core cannot run safely. It checks
 // ranges only; whether the cadence meets its budgets is admission's job.
 func (c Config) Validate() error {

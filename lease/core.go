@@ -49,7 +49,8 @@ type Result struct {
 	Err     error
 }
 
-// EventKind names a change of ownership.
+// EventKind names a change of ownership, or of what a standby knows
+// about the owner's timing.
 type EventKind uint8
 
 // Events.
@@ -62,9 +63,16 @@ const (
 	EventFenced
 	// EventReleased: the manager gave the row up and stopped.
 	EventReleased
+	// EventTimingMismatch: the row's owner wrote a timing different from
+	// this manager's own, or none at all (an older binary). Reported once
+	// per change of the observed timing, not at every poll.
+	EventTimingMismatch
+	// EventTimingMatch: after a mismatch, the row's owner (this manager
+	// itself, after a takeover) runs this manager's timing again.
+	EventTimingMatch
 )
 
-var eventNames = [...]string{"", "became_owner", "lost", "fenced", "released"}
+var eventNames = [...]string{"", "became_owner", "lost", "fenced", "released", "timing_mismatch", "timing_match"}
 
 // String names the event in logs.
 func (k EventKind) String() string { return eventNames[k] }
@@ -85,6 +93,23 @@ type Event struct {
 	Err error
 	// Owner, set by Manager for EventBecameOwner, is the owner handle.
 	Owner *Owner
+	// Timing, for EventTimingMismatch and EventTimingMatch, compares this
+	// manager's timing with the row owner's.
+	Timing TimingReport
+}
+
+// TimingReport compares this manager's timing with the one the row's
+// owner wrote.
+type TimingReport struct {
+	// Own is this manager's timing; Row the owner's (zero: the row
+	// carries none).
+	Own, Row RowTiming
+	// RowOwner is the identity of the row's owner.
+	RowOwner string
+	// Wait is how long this manager waits on an unchanged revision of
+	// that owner's row before taking it over: the longer of both
+	// lease_ttl values.
+	Wait time.Duration
 }
 
 // Step is the core's answer: an Op to perform now, or the instant at which
@@ -130,6 +155,7 @@ type Core struct {
 	key       string
 	rnd       *rand.Rand
 	fenceMode int
+	timing    RowTiming // written into every row this core writes
 
 	state   State
 	pending purpose
@@ -140,6 +166,10 @@ type Core struct {
 	haveBase    bool
 	baseRev     int64
 	baseAt      time.Duration
+	baseWait    time.Duration // takeover threshold for baseRev
+	rowTiming   RowTiming     // last owner timing reported
+	rowReported bool          // rowTiming was reported
+	mismatch    bool          // the last report was a mismatch
 	observed    time.Duration // Observed of the takeover CAS in flight
 	acqEpoch    uint64        // epoch the takeover CAS in flight writes
 	maxEpoch    uint64        // highest epoch seen in the row
@@ -177,7 +207,7 @@ func NewCore(cfg Config, id Identity, key string, rnd *rand.Rand, now time.Durat
 	if rnd == nil {
 		return nil, fmt.Errorf("%w: nil random source", ErrInvalidConfig)
 	}
-	return &Core{cfg: cfg, id: id, key: key, rnd: rnd, nextAcquire: now}, nil
+	return &Core{cfg: cfg, id: id, key: key, rnd: rnd, nextAcquire: now, timing: cfg.RowTiming()}, nil
 }
 
 // State reports the core's role.
@@ -352,7 +382,46 @@ func (c *Core) issue(now time.Duration, p purpose, op Op, s *Step) {
 }
 
 func (c *Core) myRow(epoch uint64) Row {
-	return Row{Owner: c.id.Owner, Node: c.id.Node, Epoch: epoch}
+	return Row{Owner: c.id.Owner, Node: c.id.Node, Epoch: epoch, Timing: c.timing}
+}
+
+// setBase starts the wait on a revision of another owner's row.
+func (c *Core) setBase(now time.Duration, row Row, ver int64, s *Step) {
+	c.haveBase, c.baseRev, c.baseAt = true, ver, now
+	c.baseWait = c.takeoverWait(row.Timing)
+	c.noteTiming(now, row, s)
+}
+
+// takeoverWait is how long a revision must stay unchanged before this
+// standby takes it over: the longer of its own lease_ttl and the one the
+// row's owner wrote. The owner is closed L_owner - clock_rate_margin after
+// its last landed renew on its own clock, which is no later than L_owner
+// on this one (docs/lease-protocol.md). A row without timing (an older
+// binary) is judged by this node's own lease_ttl.
+func (c *Core) takeoverWait(t RowTiming) time.Duration {
+	if c.fenceMode == hook.OwnTTLOnly {
+		return c.cfg.LeaseTTL
+	}
+	return max(c.cfg.LeaseTTL, t.LeaseTTL)
+}
+
+// noteTiming reports a change of the timing other owners' rows carry.
+func (c *Core) noteTiming(now time.Duration, row Row, s *Step) {
+	if row.Owner == "" || row.Owner == c.id.Owner || (c.rowReported && row.Timing == c.rowTiming) {
+		return
+	}
+	c.rowTiming, c.rowReported = row.Timing, true
+	differs := row.Timing != c.timing
+	if !differs && !c.mismatch {
+		return
+	}
+	kind := EventTimingMismatch
+	if !differs {
+		kind = EventTimingMatch
+	}
+	c.mismatch = differs
+	s.Events = append(s.Events, Event{Kind: kind, Epoch: row.Epoch, At: now, Timing: TimingReport{
+		Own: c.timing, Row: row.Timing, RowOwner: row.Owner, Wait: c.takeoverWait(row.Timing)}})
 }
 
 func (c *Core) onAcquireRead(now time.Duration, r Result, s *Step) {
@@ -373,10 +442,10 @@ func (c *Core) onAcquireRead(now time.Duration, r Result, s *Step) {
 	case !c.haveBase || ver != c.baseRev:
 		// A new revision: the holder is alive at least until it was
 		// written; start the wait after this response.
-		c.haveBase, c.baseRev, c.baseAt = true, ver, now
+		c.setBase(now, row, ver, s)
 		c.endAcquire(now)
 		return
-	case now-c.baseAt >= c.cfg.LeaseTTL:
+	case now-c.baseAt >= c.baseWait:
 		c.observed = c.baseAt
 	default:
 		c.endAcquire(now)
@@ -433,6 +502,12 @@ func (c *Core) becomeOwner(now, sent time.Duration, ver int64, s *Step) {
 	if !c.releaseWanted {
 		s.Events = append(s.Events, Event{Kind: EventBecameOwner, Epoch: c.epoch, At: now, Observed: c.observed})
 	}
+	// The row is ours now, and carries our timing.
+	if c.mismatch {
+		s.Events = append(s.Events, Event{Kind: EventTimingMatch, Epoch: c.epoch, At: now, Timing: TimingReport{
+			Own: c.timing, Row: c.timing, RowOwner: c.id.Owner, Wait: c.cfg.LeaseTTL}})
+	}
+	c.mismatch, c.rowReported = false, false
 }
 
 func (c *Core) onRenew(now, sent time.Duration, r Result, s *Step) {
@@ -479,7 +554,7 @@ func (c *Core) onAuthRead(now time.Duration, r Result, s *Step) {
 		s.Events = append(s.Events, Event{Kind: EventLost, Epoch: c.epoch, At: now})
 		c.toStandby(now)
 		hold := c.nextAcquire
-		c.haveBase, c.baseRev, c.baseAt = true, r.Version, now
+		c.setBase(now, r.Row, r.Version, s)
 		c.endAcquire(now)
 		c.nextAcquire = max(c.nextAcquire, hold)
 		return

@@ -71,7 +71,7 @@ func own(t *testing.T) (*Core, Config) {
 		t.Fatalf("read deadline %v, want renew_call_timeout", op.Deadline)
 	}
 	cas := wantOp(t, c.Done(10*time.Millisecond, Result{}), OpCAS)
-	if cas.Expect != 0 || cas.Row != (Row{Owner: me.Owner, Node: me.Node, Epoch: 1}) || cas.Deadline != op.Deadline {
+	if cas.Expect != 0 || cas.Row != (Row{Owner: me.Owner, Node: me.Node, Epoch: 1, Timing: cfg.RowTiming()}) || cas.Deadline != op.Deadline {
 		t.Fatalf("takeover CAS %+v: want expect 0, epoch 1, the read's deadline", cas)
 	}
 	s := c.Done(20*time.Millisecond, Result{Version: 5})

@@ -14,6 +14,7 @@ package lease
 import (
 	"context"
 	"errors"
+	"time"
 )
 
 // Row is the value of a session's lease row.
@@ -26,6 +27,22 @@ type Row struct {
 	// Epoch increases with every takeover; it is the fencing token stamped
 	// on everything the owner publishes.
 	Epoch uint64 `json:"epoch"`
+	// Timing is the cadence of the owner that wrote the row. A standby
+	// waits for the longer of its own lease_ttl and this one before it
+	// takes the row over. A released row, or one written by a binary
+	// older than this field, carries none (the zero value).
+	Timing RowTiming `json:"timing,omitzero"`
+}
+
+// RowTiming is the cadence an owner writes into its row, in integer
+// nanoseconds: LeaseTTL is what a standby needs to take over safely;
+// the rest tells an operator how the owner runs.
+type RowTiming struct {
+	LeaseTTL            time.Duration `json:"lease_ttl_ns"`
+	RenewInterval       time.Duration `json:"renew_interval_ns"`
+	RenewCallTimeout    time.Duration `json:"renew_call_timeout_ns"`
+	AcquirePollInterval time.Duration `json:"acquire_poll_interval_ns"`
+	FenceAfter          time.Duration `json:"fence_after_ns"`
 }
 
 // Store is the lease store as the manager needs it. Versions are opaque,
@@ -50,6 +67,14 @@ type Store interface {
 	// Release writes an empty owner, keeping epoch, if the key's version is
 	// still expect; ErrConflict as for CompareAndSwap.
 	Release(ctx context.Context, key string, expect int64, epoch uint64) error
+}
+
+// Pinger is a Store that can tell whether it is reachable with one cheap
+// linearizable call, without reading any session's row.
+type Pinger interface {
+	// Ping returns nil when the store answered a linearizable request
+	// within ctx.
+	Ping(ctx context.Context) error
 }
 
 // Sentinel errors.

@@ -21,10 +21,11 @@ type Config struct {
 	// Node names this bridge; the owner identity is Node plus a suffix new
 	// at every process start. Defaults to the host name at run time.
 	Node string `yaml:"node"`
-	// DataDir holds the embedded lease store of a standalone node and the
-	// persistent OPC UA client certificate.
+	// DataDir holds the embedded lease store of a standalone node (in
+	// data_dir/etcd, locked by data_dir/etcd.lock; docs/operations.md gives
+	// the disk it needs) and the persistent OPC UA client certificate.
 	DataDir string `yaml:"data_dir"`
-	// HTTPListen is the address of /metrics, /healthz and /readyz.
+	// HTTPListen is the address of /metrics, /healthz, /readyz and /sessions.
 	HTTPListen string `yaml:"http_listen"`
 	// LeaseStore is where the lease rows live.
 	LeaseStore LeaseStore `yaml:"lease_store"`
@@ -49,6 +50,9 @@ type LeaseStore struct {
 	// embedded single-member store in DataDir.
 	Endpoints []string `yaml:"endpoints"`
 	// KeyPrefix is prepended to each session id to form its lease key.
+	// It names a fleet: the nodes sharing it compete for the same rows,
+	// and two fleets must never name one device (docs/lease-protocol.md,
+	// endpoint claims).
 	KeyPrefix string `yaml:"key_prefix"`
 	// DialTimeout bounds connecting to the cluster at start-up.
 	DialTimeout Duration `yaml:"dial_timeout"`
@@ -154,8 +158,10 @@ const (
 type Device struct {
 	// Kind is modbus_tcp, modbus_rtu, s7 or opcua.
 	Kind string `yaml:"kind"`
-	// Address is host:port (modbus_tcp, s7), a serial device path
-	// (modbus_rtu) or an opc.tcp:// endpoint (opcua).
+	// Address is host:port (modbus_tcp, s7; a bare host means port 502
+	// or 102, an IPv6 address is written [addr]:port), a serial device
+	// path (modbus_rtu) or an opc.tcp:// endpoint (opcua). Two device
+	// entries never share an endpoint (docs/devices.md).
 	Address string `yaml:"address"`
 	// ConnectTimeout bounds one connection attempt.
 	ConnectTimeout Duration `yaml:"connect_timeout"`
@@ -247,7 +253,7 @@ type Tag struct {
 	// Address is a register number (Modbus), a TIA address such as
 	// DB1.DBW10 (S7), or a node id such as ns=2;s=Temp (OPC UA).
 	Address string `yaml:"address"`
-	// Register is holding, input, coil or discrete (Modbus only).
+	// Register is holding (default), input, coil or discrete (Modbus only).
 	Register string `yaml:"register"`
 	// Type is bool, int8, uint8, int16, uint16, int32, uint32, int64,
 	// uint64, float32, float64 or string.

@@ -1,8 +1,10 @@
 package routes
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"reflect"
@@ -11,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 
@@ -74,34 +77,103 @@ func Parse(file string, data []byte) (*Config, error) {
 	// not rehash while a large file is decoded.
 	d := &decoder{file: file, lines: make(map[string]pos, len(data)/20)}
 	cfg := &Config{File: file}
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		d.errs = append(d.errs, syntaxError(file, err))
-		return nil, d.errs
+	root, fe := parseDocument(file, data)
+	if fe != nil {
+		return nil, Errors{fe}
 	}
-	if doc.Kind == 0 || len(doc.Content) == 0 {
+	if root == nil {
 		d.errorf(nil, "", "the configuration is empty")
 		return nil, d.errs
 	}
-	d.decode(doc.Content[0], reflect.ValueOf(cfg).Elem(), "")
-	if len(d.errs) > 0 {
-		sortErrors(d.errs)
-		return nil, d.errs
-	}
+	d.decode(root, reflect.ValueOf(cfg).Elem(), "")
 	cfg.applyDefaults()
 	cfg.positions = d.lines
-	if errs := cfg.validate(); len(errs) > 0 {
+	// Validation runs even when decoding failed, so one run reports every
+	// problem; a rule broken only because its key failed to decode is
+	// left out, the decode error already names it.
+	errs := d.errs
+	for _, e := range cfg.validate() {
+		if !d.failedAt(e.Path) {
+			errs = append(errs, e)
+		}
+	}
+	if len(errs) > 0 {
 		sortErrors(errs)
 		return nil, errs
 	}
 	return cfg, nil
 }
 
+// parseDocument parses data as exactly one YAML document and returns its
+// root node (nil for an empty file). Invalid UTF-8 and a second document
+// are errors with their position.
+func parseDocument(file string, data []byte) (*yaml.Node, *FieldError) {
+	if !utf8.Valid(data) {
+		off := invalidUTF8(data)
+		line := bytes.Count(data[:off], []byte("\n")) + 1
+		col := off - bytes.LastIndexByte(data[:off], '\n')
+		return nil, &FieldError{File: file, Line: line, Column: col,
+			Message: fmt.Sprintf("not valid UTF-8: byte 0x%02x at offset %d; save the file as UTF-8", data[off], off)}
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, nil
+		}
+		return nil, syntaxError(file, err)
+	}
+	var next yaml.Node
+	switch err := dec.Decode(&next); {
+	case errors.Is(err, io.EOF):
+	case err != nil:
+		return nil, syntaxError(file, err)
+	default:
+		return nil, &FieldError{File: file, Line: max(next.Line-1, 1), Column: 1,
+			Message: "a second YAML document starts here; a configuration is one document (remove the --- separator or split the file)"}
+	}
+	if doc.Kind == 0 || len(doc.Content) == 0 {
+		return nil, nil
+	}
+	return doc.Content[0], nil
+}
+
+// invalidUTF8 returns the offset of the first byte that is not UTF-8.
+func invalidUTF8(data []byte) int {
+	for off := 0; off < len(data); {
+		r, n := utf8.DecodeRune(data[off:])
+		if r == utf8.RuneError && n <= 1 {
+			return off
+		}
+		off += n
+	}
+	return len(data)
+}
+
+// failedAt reports whether decoding failed at path, above it or below it.
+func (d *decoder) failedAt(path string) bool {
+	for _, e := range d.errs {
+		if within(path, e.Path) || within(e.Path, path) {
+			return true
+		}
+	}
+	return false
+}
+
+// within reports whether path is base or a key path under it.
+func within(path, base string) bool {
+	if !strings.HasPrefix(path, base) {
+		return false
+	}
+	return len(path) == len(base) || base == "" || path[len(base)] == '.' || path[len(base)] == '['
+}
+
 // syntaxError turns a yaml.v3 parse error ("yaml: line 3: ...") into a
 // FieldError with its line.
 func syntaxError(file string, err error) *FieldError {
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	fe := &FieldError{File: file, Message: "YAML syntax: " + msg}
+	// yaml.v3 leaves "line N" out when the problem is on the first line.
+	fe := &FieldError{File: file, Line: 1, Column: 1, Message: "YAML syntax: " + msg}
 	if rest, ok := strings.CutPrefix(msg, "line "); ok {
 		if n, after, ok := strings.Cut(rest, ":"); ok {
 			if l, err := strconv.Atoi(n); err == nil {
@@ -130,7 +202,7 @@ type decoder struct {
 }
 
 func (d *decoder) errorf(n *yaml.Node, path, format string, args ...any) {
-	fe := &FieldError{File: d.file, Path: path, Message: fmt.Sprintf(format, args...)}
+	fe := &FieldError{File: d.file, Path: clip(path), Message: fmt.Sprintf(format, clipArgs(args)...)}
 	if n != nil {
 		fe.Line, fe.Column = n.Line, n.Column
 	}
@@ -252,7 +324,7 @@ func kindName(n *yaml.Node) string {
 	if n.Tag == "!!null" {
 		return "nothing (null)"
 	}
-	return fmt.Sprintf("%q", n.Value)
+	return fmt.Sprintf("%q", clip(n.Value))
 }
 
 func (d *decoder) duration(n *yaml.Node, v reflect.Value, path string) {
@@ -268,11 +340,12 @@ func (d *decoder) duration(n *yaml.Node, v reflect.Value, path string) {
 	v.SetInt(int64(dur))
 }
 
-func parseDuration(s string) (time.Duration, error) {
-	if _, err := strconv.ParseFloat(s, 64); err == nil && s != "0" {
+func parseDuration(text string) (time.Duration, error) {
+	s := clip(text) // for the messages
+	if _, err := strconv.ParseFloat(text, 64); err == nil && text != "0" {
 		return 0, fmt.Errorf("invalid duration %q: missing unit (write %ss or %sms)", s, s, s)
 	}
-	dur, err := time.ParseDuration(s)
+	dur, err := time.ParseDuration(text)
 	if err != nil {
 		return 0, fmt.Errorf("invalid duration %q: want a Go duration such as 500ms, 30s or 1m30s", s)
 	}
@@ -359,12 +432,11 @@ func (d *decoder) structure(n *yaml.Node, v reflect.Value, path string) {
 	if sf.line != nil {
 		v.FieldByIndex(sf.line).SetInt(int64(n.Line))
 	}
+	seen := newKeySet(len(n.Content) / 2)
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, val := n.Content[i], n.Content[i+1]
 		p := join(path, k.Value)
-		// A struct has a handful of keys: scanning the earlier ones is
-		// cheaper than a map per mapping.
-		if first := earlierKey(n.Content[:i], k.Value); first != nil {
+		if first := seen.add(n.Content[:i], k); first != nil {
 			d.errorf(k, p, "duplicate key (first at line %d)", first.Line)
 			continue
 		}
@@ -378,13 +450,30 @@ func (d *decoder) structure(n *yaml.Node, v reflect.Value, path string) {
 	}
 }
 
-// earlierKey returns the key node among the key/value pairs kv named key.
-func earlierKey(kv []*yaml.Node, key string) *yaml.Node {
-	for j := 0; j+1 < len(kv); j += 2 {
-		if kv[j].Value == key {
-			return kv[j]
-		}
+// keySet finds a repeated key of one mapping. A struct's mapping has a
+// handful of keys, where scanning the earlier ones beats a map; a large
+// (malformed) one gets a map, so the decoder stays linear in the input.
+type keySet map[string]*yaml.Node
+
+const keySetScanMax = 16
+
+func newKeySet(n int) keySet {
+	if n <= keySetScanMax {
+		return nil
 	}
+	return make(keySet, n)
+}
+
+// add returns the earlier key node named like k, or records k; earlier
+// holds the key/value pairs before k.
+func (s keySet) add(earlier []*yaml.Node, k *yaml.Node) *yaml.Node {
+	if s == nil {
+		return earlierKey(earlier, k.Value)
+	}
+	if first, ok := s[k.Value]; ok {
+		return first
+	}
+	s[k.Value] = k
 	return nil
 }
 
@@ -429,8 +518,14 @@ func (d *decoder) sequence(n *yaml.Node, v reflect.Value, path string) {
 
 // suggest proposes the known key closest to a misspelt one.
 func suggest(key string, known map[string][]int) string {
-	best, bestD := "", 3
+	const maxDist = 3
+	best, bestD := "", maxDist
 	for k := range known {
+		// The distance is at least the difference in length: a long
+		// (or huge) key needs no matrix to be ruled out.
+		if abs(len(key)-len(k)) >= maxDist {
+			continue
+		}
 		if dd := editDistance(key, k); dd < bestD || (dd == bestD && best != "" && k < best) {
 			best, bestD = k, dd
 		}
@@ -439,6 +534,44 @@ func suggest(key string, known map[string][]int) string {
 		return ""
 	}
 	return fmt.Sprintf(" (did you mean %q?)", best)
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
+}
+
+// ClipAbove and MaxEcho bound how much of a value from the file an error
+// repeats: a malformed file can hold a scalar of megabytes. A string longer
+// than ClipAbove is quoted by its first MaxEcho bytes and its length; the
+// limit is above the longest explanation a message passes as an argument.
+const (
+	ClipAbove = 256
+	MaxEcho   = 64
+)
+
+// clip shortens s for an error message, saying how long it was.
+func clip(s string) string {
+	if len(s) <= ClipAbove {
+		return s
+	}
+	cut := MaxEcho
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s...(%d bytes)", s[:cut], len(s))
+}
+
+// clipArgs clips every string argument of an error message.
+func clipArgs(args []any) []any {
+	for i, a := range args {
+		if s, ok := a.(string); ok && len(s) > ClipAbove {
+			args[i] = clip(s)
+		}
+	}
+	return args
 }
 
 func editDistance(a, b string) int {
@@ -459,4 +592,14 @@ func editDistance(a, b string) int {
 		prev = cur
 	}
 	return prev[len(b)]
+}
+
+// earlierKey returns the key node among the key/value pairs kv named key.
+func earlierKey(kv []*yaml.Node, key string) *yaml.Node {
+	for j := 0; j+1 < len(kv); j += 2 {
+		if kv[j].Value == key {
+			return kv[j]
+		}
+	}
+	return nil
 }

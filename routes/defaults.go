@@ -34,6 +34,7 @@ const (
 	DefaultDeviceCloseTimeout   = 1 * time.Second
 	DefaultUnitID               = 1
 	DefaultByteOrder            = "ABCD"
+	DefaultRegister             = "holding"
 	DefaultPollInterval         = 1 * time.Second
 	DefaultPublish              = "on_change"
 	DefaultTopic                = "leasebridge/{session}/{device}/{tag}"
@@ -125,6 +126,13 @@ func (c *Config) applyDefaults() {
 			}
 			setDur(&g.Interval, DefaultPollInterval)
 			setStr(&g.Mode, "poll")
+			if d.Kind == KindModbusTCP || d.Kind == KindModbusRTU {
+				for _, t := range g.Tags {
+					if t != nil {
+						setStr(&t.Register, DefaultRegister)
+					}
+				}
+			}
 		}
 	}
 	for _, r := range c.Routes {

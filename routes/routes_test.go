@@ -111,6 +111,8 @@ brokers:
 		`cfg.yaml:8:28: manager.broker_health_step_down: want off or a positive duration, got "0s"`,
 		`cfg.yaml:9:3: manager.lease_ttl: duplicate key (first at line 6)`,
 		`cfg.yaml:11:49: brokers.local.keepalive: want a duration such as "30s", got a list`,
+		// Validation still runs: the file has no routes either.
+		`cfg.yaml:1:1: routes: no routes`,
 	)
 }
 
@@ -124,7 +126,7 @@ func TestSyntaxAndEmptyFiles(t *testing.T) {
 func TestValidationNamesTheRule(t *testing.T) {
 	wantErrors(t, base+`  s7plc:
     kind: s7
-    address: 10.0.0.1
+    address: "10.0.0.1:"
     groups:
       - name: g
         tags:
@@ -132,12 +134,12 @@ func TestValidationNamesTheRule(t *testing.T) {
 routes:
   - {name: r, session: s, kind: poll, device: plc, broker: local}
 `,
-		`cfg.yaml:19:5: devices.s7plc.address: address "10.0.0.1": want host:port`,
+		`cfg.yaml:19:5: devices.s7plc.address: address "10.0.0.1:": want host, host:port or [ipv6]:port with a port 1..65535`,
 		`cfg.yaml:23:23: devices.s7plc.groups[0].tags[0].address: address "DB1.DBQ3": want a TIA address`,
 	)
-	// A structural error stops before semantic checks, which would only
-	// cascade from the part that did not decode.
-	wantErrors(t, base+"brokers2: {}\n", `cfg.yaml:17:1: brokers2: unknown key "brokers2" (did you mean "brokers"?)`)
+	// A structural error does not hide a rule broken elsewhere.
+	wantErrors(t, base+"brokers2: {}\n", `cfg.yaml:17:1: brokers2: unknown key "brokers2" (did you mean "brokers"?)`,
+		`cfg.yaml:1:1: routes: no routes`)
 	wantErrors(t, base+`routes:
   - {name: r, session: "a/b", kind: poll, device: nope, broker: remote, qos: 3}
   - {name: r, session: s, kind: bridge, broker: local, remote: local}
@@ -167,7 +169,7 @@ func TestModbusTagRules(t *testing.T) {
 `
 	wantErrors(t, y,
 		`tags[0].type: a coil register holds one bit: type must be bool`,
-		`tags[1].address: address "70000": want a register number 0..65535`,
+		`tags[1].address: address "70000": want a 0-based register number 0..65535`,
 		`tags[1].bit: a bool in a holding register needs bit (0..15)`,
 		`tags[2].name: duplicate tag name "t2" on this device`,
 		`tags[2].byte_order: byte_order "XYZW": want ABCD, DCBA, BADC or CDAB`,

@@ -21,6 +21,10 @@ type Session struct {
 	// Refusals are divergences between routes and timing that cannot be
 	// derived; admission adds its own.
 	Refusals []string
+	// Shared are refusals for a device or endpoint the session shares
+	// with another session or device entry (docs/devices.md, exclusive
+	// endpoints); unlike Refusals they leave the budgets computed.
+	Shared []string
 }
 
 // routeInputs is what one route alone says its session's manager inputs
@@ -115,10 +119,6 @@ func canonicalFields(in admission.Inputs) [][2]string {
 	if in.FailoverSLO != nil {
 		slo = fs(*in.FailoverSLO)
 	}
-	act := make([]string, len(in.Transports))
-	for i, a := range in.Transports {
-		act[i] = fmt.Sprintf("%s (activation %s, close %s)", a.Name, fs(a.Bound), fs(a.Close))
-	}
 	return [][2]string{
 		{"lease_ttl", fs(t.LeaseTTL)},
 		{"renew_interval", fs(t.RenewInterval)},
@@ -130,7 +130,6 @@ func canonicalFields(in admission.Inputs) [][2]string {
 		{"broker_health_step_down", in.BrokerHealth.String()},
 		{"startup_allowance", fs(in.StartupAllowance)},
 		{"failover_slo", slo},
-		{"transport activation", strings.Join(act, " + ")},
 	}
 }
 
@@ -145,6 +144,7 @@ func (c *Config) Sessions() []Session {
 		by[r.Session] = append(by[r.Session], c.routeInputs(i, r))
 	}
 	out := make([]Session, 0, len(by))
+	shared := c.exclusive()
 	for _, name := range sortedKeys(by) {
 		views := by[name]
 		sort.Slice(views, func(i, j int) bool { return views[i].route.Name < views[j].route.Name })
@@ -152,6 +152,7 @@ func (c *Config) Sessions() []Session {
 		for _, v := range views {
 			s.Routes = append(s.Routes, v.route.Name)
 		}
+		s.Inputs.Transports = unionTransports(views)
 		for _, v := range views {
 			if v.err != nil {
 				s.Refusals = append(s.Refusals, fmt.Sprintf("route %q (%s): %v", v.route.Name, c.where(v.index), v.err))
@@ -160,9 +161,33 @@ func (c *Config) Sessions() []Session {
 		if len(s.Refusals) == 0 {
 			s.Refusals = c.divergences(name, views)
 		}
+		s.Shared = shared[name]
 		out = append(out, s)
 	}
 	return out
+}
+
+// unionTransports is what a session's owner opens: every transport any of
+// its routes names, once, devices first (the term opens them in that
+// order). Routes of one session may use different devices and brokers;
+// admission sums the bounds of all of them.
+func unionTransports(views []routeInputs) []admission.Activation {
+	var devices, brokers []admission.Activation
+	seen := map[string]bool{}
+	for _, v := range views {
+		for _, a := range v.inputs.Transports {
+			if seen[a.Name] {
+				continue
+			}
+			seen[a.Name] = true
+			if strings.HasPrefix(a.Name, "mqtt:") {
+				brokers = append(brokers, a)
+			} else {
+				devices = append(devices, a)
+			}
+		}
+	}
+	return append(devices, brokers...)
 }
 
 func (c *Config) where(routeIndex int) string {
@@ -212,6 +237,7 @@ func AdmitSessions(sessions []Session) []admission.Report {
 		} else {
 			r = admission.Evaluate(s.Inputs)
 		}
+		r.Refusals = append(r.Refusals, s.Shared...)
 		out = append(out, r)
 	}
 	return out

@@ -7,7 +7,6 @@ import (
 	"regexp"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/leasebridge/leasebridge/admission"
@@ -23,7 +22,7 @@ func (c *Config) ErrorAt(path, message string) *FieldError {
 // errAt builds a FieldError at the position of path, or of its nearest
 // written parent when path itself was defaulted.
 func (c *Config) errAt(path, format string, args ...any) *FieldError {
-	fe := &FieldError{File: c.File, Path: path, Message: fmt.Sprintf(format, args...)}
+	fe := &FieldError{File: c.File, Path: clip(path), Message: fmt.Sprintf(format, clipArgs(args)...)}
 	for p := path; ; {
 		if at, ok := c.positions[p]; ok {
 			fe.Line, fe.Column = at.line, at.col
@@ -31,6 +30,10 @@ func (c *Config) errAt(path, format string, args ...any) *FieldError {
 		}
 		i := strings.LastIndexAny(p, ".[")
 		if i < 0 {
+			// A key missing at the top level: the document's own position.
+			if at, ok := c.positions[""]; ok {
+				fe.Line, fe.Column = at.line, at.col
+			}
 			break
 		}
 		p = p[:i]
@@ -108,6 +111,14 @@ func (c *Config) validate() Errors {
 			names[r.Name] = i
 		}
 		errs = append(errs, c.checkRoute(p, r)...)
+		errs = append(errs, c.checkRouteTopics(p, r)...)
+	}
+	for _, name := range sortedKeys(c.Brokers) {
+		if b := c.Brokers[name]; b != nil && b.StatusTopic != "" {
+			if err := checkTopicName(b.StatusTopic); err != nil {
+				add("brokers."+name+".status_topic", "%v", err)
+			}
+		}
 	}
 	return append(errs, c.checkClientIDs()...)
 }
@@ -229,8 +240,8 @@ func (c *Config) checkDevice(path string, d *Device) Errors {
 	modbus := d.Kind == KindModbusTCP || d.Kind == KindModbusRTU
 	switch d.Kind {
 	case KindModbusTCP, KindS7:
-		if d.Address != "" && !strings.Contains(d.Address, ":") {
-			add(path+".address", "address %q: want host:port", d.Address)
+		if _, err := d.Endpoint(); d.Address != "" && err != nil {
+			add(path+".address", "%s", strings.TrimPrefix(err.Error(), "routes: "))
 		}
 	case KindModbusRTU:
 		if !slices.Contains([]string{"N", "E", "O"}, d.Serial.Parity) {
@@ -325,8 +336,8 @@ func (c *Config) checkTag(path string, d *Device, t *Tag) Errors {
 	}
 	switch d.Kind {
 	case KindModbusTCP, KindModbusRTU:
-		if n, err := strconv.ParseUint(t.Address, 10, 16); t.Address != "" && (err != nil || n > 65535) {
-			add(path+".address", "address %q: want a register number 0..65535", t.Address)
+		if _, err := ModbusAddress(t.Address); t.Address != "" && err != nil {
+			add(path+".address", "address %q: want a 0-based register number 0..65535, decimal (\"100\") or hex (\"0x64\")", t.Address)
 		}
 		if !slices.Contains(registers, t.Register) {
 			add(path+".register", "register %q: want holding, input, coil or discrete", t.Register)
@@ -360,6 +371,37 @@ func (c *Config) checkTag(path string, d *Device, t *Tag) Errors {
 		}
 		if t.Register != "" {
 			add(path+".register", "register is a Modbus key; OPC UA tags are node ids")
+		}
+	}
+	return errs
+}
+
+// checkRouteTopics applies MQTT's topic rules: topics published to hold no
+// wildcards, subscription filters use them only as whole levels.
+func (c *Config) checkRouteTopics(path string, r *Route) Errors {
+	var errs Errors
+	check := func(key, t string, rule func(string) error) {
+		if t == "" {
+			return // a missing topic is checkRoute's (or a default applies)
+		}
+		if err := rule(t); err != nil {
+			errs = append(errs, c.errAt(path+"."+key, "%v", err))
+		}
+	}
+	switch r.Kind {
+	case RoutePoll:
+		check("topic", r.Topic, checkTopicName)
+	case RouteWrite:
+		check("request_topic", r.RequestTopic, checkTopicFilter)
+		check("reply_topic", r.ReplyTopic, checkTopicName)
+	case RouteBridge:
+		for i, m := range r.Topics {
+			if m == nil {
+				continue
+			}
+			mp := fmt.Sprintf("topics[%d]", i)
+			check(mp+".from", m.From, checkTopicFilter)
+			check(mp+".to", m.To, checkTopicName)
 		}
 	}
 	return errs

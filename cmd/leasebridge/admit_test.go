@@ -82,7 +82,8 @@ brokers_typo: 1
 	}
 	code, out, _ := runCmd(t, "admit", "-c", refused, "--json")
 	a := decodeAdmission(t, out)
-	if code != exitInvalid || a.Admitted || len(a.Errors) != 1 || a.Errors[0].Line != 7 || a.Errors[0].Path != "brokers_typo" {
+	// Both problems at once: the unknown key and the undefined remote.
+	if code != exitInvalid || a.Admitted || len(a.Errors) != 2 || a.Errors[0].Path != "routes[0].remote" || a.Errors[1].Line != 7 || a.Errors[1].Path != "brokers_typo" {
 		t.Errorf("invalid --json: exit %d %+v", code, a)
 	}
 
@@ -314,5 +315,78 @@ routes:
 	}
 	if code != exitInvalid {
 		t.Errorf("run: exit %d, want %d", code, exitInvalid)
+	}
+}
+
+// A device of two sessions and two entries of one endpoint are refused
+// (exit 1) naming both, in text and in JSON, with the budgets computed.
+func TestAdmitRefusesSharedDevicesAndEndpoints(t *testing.T) {
+	const head = `deployment_mode: clustered
+lease_store: {endpoints: ["http://127.0.0.1:2379"]}
+manager: {failover_slo: 10m, broker_health_step_down: 60s}
+brokers: {local: {url: "tcp://127.0.0.1:1883"}}
+devices:
+`
+	dev := func(name, body string) string {
+		return "  " + name + ": {" + body + ", groups: [{name: g, tags: [{name: t, address: \"1\", register: holding, type: int16}]}]}\n"
+	}
+	for _, c := range []struct {
+		name, devices, routes string
+		want                  []string
+	}{
+		{
+			name:    "one device, two sessions",
+			devices: dev("press", `kind: modbus_tcp, address: "10.0.0.5:502"`),
+			routes:  "  - {name: ra, session: a, kind: poll, device: press, broker: local}\n  - {name: rb, session: b, kind: poll, device: press, broker: local}\n",
+			want:    []string{`device "press" (cfg.yaml:6) is used by session "a" (route "ra", cfg.yaml:8) and session "b" (route "rb", cfg.yaml:9)`, "put both routes in one session"},
+		},
+		{
+			name:    "modbus_tcp, default port",
+			devices: dev("a", `kind: modbus_tcp, address: "PLC.local:502"`) + dev("b", `kind: modbus_tcp, address: "plc.local"`),
+			want:    []string{`devices "a" (cfg.yaml:6, session a) and "b" (cfg.yaml:7, session b) are both endpoint modbus_tcp://plc.local:502`},
+		},
+		{
+			name:    "modbus_rtu, two units on one line",
+			devices: dev("a", `kind: modbus_rtu, address: /dev/ttyS0, unit_id: 1`) + dev("b", `kind: modbus_rtu, address: /dev/ttyS0, unit_id: 2`),
+			want:    []string{`devices "a" (cfg.yaml:6, session a) and "b" (cfg.yaml:7, session b) are both endpoint modbus_rtu:/dev/ttyS0`},
+		},
+		{
+			name:    "s7, one cpu",
+			devices: strings.ReplaceAll(dev("a", `kind: s7, address: "10.0.0.6", slot: 1`)+dev("b", `kind: s7, address: "10.0.0.6:102", slot: 1`), `address: "1", register: holding`, `address: DB1.DBW0`),
+			want:    []string{`devices "a" (cfg.yaml:6, session a) and "b" (cfg.yaml:7, session b) are both endpoint s7://10.0.0.6:102 rack 0 slot 1`},
+		},
+		{
+			name:    "opcua, user info",
+			devices: strings.ReplaceAll(dev("a", `kind: opcua, address: "opc.tcp://op:pw@Line3/ua"`)+dev("b", `kind: opcua, address: "opc.tcp://line3:4840/ua"`), `address: "1", register: holding`, `address: "ns=1;s=t"`),
+			want:    []string{`devices "a" (cfg.yaml:6, session a) and "b" (cfg.yaml:7, session b) are both endpoint opc.tcp://line3:4840/ua`},
+		},
+	} {
+		routes := c.routes
+		if routes == "" {
+			routes = "  - {name: ra, session: a, kind: poll, device: a, broker: local}\n  - {name: rb, session: b, kind: poll, device: b, broker: local}\n"
+		}
+		cfg := writeConfig(t, head+c.devices+"routes:\n"+routes)
+		for i := range c.want {
+			c.want[i] = strings.ReplaceAll(c.want[i], "cfg.yaml", cfg)
+		}
+		code, out, errs := runCmd(t, "admit", "-c", cfg)
+		if code != exitRefused || strings.Count(out, "REFUSED") != 2 || strings.Contains(out, ":pw@") {
+			t.Errorf("%s: exit %d\n%s%s", c.name, code, out, errs)
+		}
+		for _, w := range c.want {
+			if strings.Count(out, w) != 2 {
+				t.Errorf("%s: output lacks %q under both sessions:\n%s", c.name, w, out)
+			}
+		}
+		code, out, _ = runCmd(t, "admit", "-c", cfg, "--json")
+		a := decodeAdmission(t, out)
+		if code != exitRefused || a.Admitted || len(a.Sessions) != 2 {
+			t.Fatalf("%s --json: exit %d %+v", c.name, code, a)
+		}
+		for _, s := range a.Sessions {
+			if s.Admitted || len(s.Refusals) != 1 || !strings.Contains(s.Refusals[0], c.want[0]) || s.OwnerDeathNS == nil {
+				t.Errorf("%s --json: session %s: %+v", c.name, s.Session, s)
+			}
+		}
 	}
 }

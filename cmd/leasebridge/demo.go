@@ -232,6 +232,25 @@ func runDemo(out io.Writer, keep bool) (int, error) {
 	return exitOK, nil
 }
 
+// sessionStatus reads the one session's status from /readyz at addr.
+func sessionStatus(client *http.Client, addr string) (failover.SessionStatus, error) {
+	resp, err := client.Get("http://" + addr + "/readyz")
+	if err != nil {
+		return failover.SessionStatus{}, err
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Sessions []failover.SessionStatus `json:"sessions"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		return failover.SessionStatus{}, fmt.Errorf("/readyz at %s: %w", addr, err)
+	}
+	if len(body.Sessions) != 1 {
+		return failover.SessionStatus{}, fmt.Errorf("/readyz at %s: %d sessions, want 1", addr, len(body.Sessions))
+	}
+	return body.Sessions[0], nil
+}
+
 // waitOwner polls the bridges' /readyz until one other than skip owns the
 // session at ServiceLevelFull.
 func waitOwner(ctx context.Context, procs []*bridgeProc, skip *bridgeProc, limit time.Duration) (*bridgeProc, failover.SessionStatus, error) {
@@ -242,17 +261,9 @@ func waitOwner(ctx context.Context, procs []*bridgeProc, skip *bridgeProc, limit
 			if p == skip {
 				continue
 			}
-			resp, err := client.Get("http://" + p.http + "/readyz")
-			if err != nil {
-				continue
-			}
-			var body struct {
-				Sessions []failover.SessionStatus `json:"sessions"`
-			}
-			err = json.NewDecoder(resp.Body).Decode(&body)
-			resp.Body.Close()
-			if err == nil && len(body.Sessions) == 1 && body.Sessions[0].Owner && body.Sessions[0].ServiceLevelFull {
-				return p, body.Sessions[0], nil
+			st, err := sessionStatus(client, p.http)
+			if err == nil && st.Owner && st.ServiceLevelFull {
+				return p, st, nil
 			}
 		}
 		select {

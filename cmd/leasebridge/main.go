@@ -9,9 +9,11 @@
 //	leasebridge version                     the build stamp (also --version)
 //
 // Exit status: 0 admitted (admit) or stopped cleanly with every lease
-// released (run); 1 refused by admission or a runtime failure; 2 invalid
-// configuration or usage; 75 (run) stepped down after the broker path
-// stayed lost, to be restarted as a standby.
+// released (run); 1 refused by admission or a runtime failure (run: a
+// lease release that failed at shutdown, an embedded store that cannot
+// run); 2 invalid configuration or usage; 75 (run) stepped down after the
+// broker path stayed lost, to be restarted as a standby. failover.ExitStatuses
+// lists run's, rendered in docs/operations.md.
 package main
 
 import (

@@ -44,13 +44,13 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	}
 	if *file == "" {
 		fmt.Fprintln(stderr, "leasebridge run: -c FILE is required")
-		return exitInvalid
+		return failover.ExitInvalid
 	}
 	log := newLogger(stderr, *format)
 	cfg, errs := load(*file, true)
 	if len(errs) > 0 {
 		fmt.Fprintf(stderr, "leasebridge run: %v\n", errs)
-		return exitInvalid
+		return failover.ExitInvalid
 	}
 	reports := cfg.Admit()
 	refused := false
@@ -61,7 +61,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if refused {
-		return exitRefused
+		return failover.ExitFailure
 	}
 	failover.LogBudgets(log, reports)
 	if _, set := os.LookupEnv("GOGC"); !set {
@@ -72,7 +72,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	code, err := serve(ctx, cfg, reports, log, nil)
 	if err != nil {
-		log.Error("run", "err", err)
+		log.Error("run failed", "err", err, "exit_status", code)
 	}
 	return code
 }
@@ -92,24 +92,28 @@ func serve(ctx context.Context, cfg *routes.Config, reports []admission.Report, 
 	if node == "" {
 		h, err := os.Hostname()
 		if err != nil {
-			return exitInvalid, fmt.Errorf("node is not set and the host name is unknown: %w", err)
+			return failover.ExitInvalid, fmt.Errorf("node is not set and the host name is unknown: %w", err)
 		}
 		node = h
 	}
 	endpoints := cfg.LeaseStore.Endpoints
 	if len(endpoints) == 0 {
-		dir := filepath.Join(cfg.DataDir, "etcd")
-		log.Info("no lease_store endpoints: starting the embedded single-member store", "dir", dir)
-		srv, err := etcdembed.Start(ctx, dir)
+		srv, err := startEmbedded(ctx, cfg, log)
+		if err != nil && ctx.Err() != nil {
+			// SIGTERM or SIGINT during start-up: nothing was held.
+			log.Info("stopped before the embedded store was ready", "err", err)
+			return failover.ExitOK, nil
+		}
 		if err != nil {
-			return exitInvalid, err
+			embeddedFailed(log, err)
+			return failover.ExitFailure, nil
 		}
 		defer srv.Close()
 		endpoints = srv.Endpoints
 	}
 	password, err := cfg.LeaseStore.Password()
 	if err != nil {
-		return exitInvalid, fmt.Errorf("lease_store: %w", err)
+		return failover.ExitInvalid, fmt.Errorf("lease_store: %w", err)
 	}
 	sc := etcdstore.Config{Endpoints: endpoints, DialTimeout: cfg.LeaseStore.DialTimeout.D(), KeyPrefix: cfg.LeaseStore.KeyPrefix,
 		Username: cfg.LeaseStore.Username, Password: password}
@@ -118,21 +122,21 @@ func serve(ctx context.Context, cfg *routes.Config, reports []admission.Report, 
 	}
 	store, err := etcdstore.New(ctx, sc)
 	if err != nil {
-		return exitInvalid, err
+		return storeExit(err), err
 	}
 	defer store.Close()
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	id := lease.NewIdentity(node)
-	sv, err := failover.New(failover.Options{Config: cfg, Reports: reports, Store: store, Identity: id, Node: node,
-		Logger: log, Metrics: failover.NewMetrics(reg)})
+	sv, err := failover.New(failover.Options{Config: cfg, Reports: reports, Store: store, StoreEndpoints: endpoints,
+		Identity: id, Node: node, Logger: log, Metrics: failover.NewMetrics(reg), Claims: store})
 	if err != nil {
-		return exitInvalid, err
+		return failover.ExitInvalid, err
 	}
 	ln, err := net.Listen("tcp", cfg.HTTPListen)
 	if err != nil {
-		return exitInvalid, fmt.Errorf("http_listen %s: %w", cfg.HTTPListen, err)
+		return failover.ExitInvalid, fmt.Errorf("http_listen %s: %w", cfg.HTTPListen, err)
 	}
 	hs := &http.Server{Handler: failover.Handler(sv, reg), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = hs.Serve(ln) }()
@@ -145,14 +149,63 @@ func serve(ctx context.Context, cfg *routes.Config, reports []admission.Report, 
 	notifySystemd(ctx, log)
 	err = sv.Run(ctx)
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
-	if errors.Is(err, failover.ErrStepDown) {
+	switch {
+	case errors.Is(err, failover.ErrStepDown):
 		return failover.ExitStepDown, nil
-	}
-	if err != nil {
-		return exitRefused, err
+	case errors.Is(err, failover.ErrReleaseFailed):
+		log.Error("stopped: lease releases failed; standbys take over after lease_ttl", "err", err,
+			"exit_status", failover.ExitFailure)
+		return failover.ExitFailure, nil
+	case err != nil:
+		return failover.ExitFailure, err
 	}
 	log.Info("stopped: every lease released")
-	return exitOK, nil
+	return failover.ExitOK, nil
+}
+
+// storeExit is the exit status for a lease store the client could not
+// set up at start-up: refused credentials are a configuration mistake
+// (ExitInvalid); anything else, such as a store unreachable while the
+// client must fetch an authentication token, is a runtime failure that a
+// restart retries (ExitFailure). Without authentication the client
+// connects in the background, and an unreachable store is reported by the
+// store probe (not ready) instead of ending the process.
+func storeExit(err error) int {
+	if errors.Is(err, etcdstore.ErrAuth) || errors.Is(err, etcdstore.ErrConfig) {
+		return failover.ExitInvalid
+	}
+	return failover.ExitFailure
+}
+
+// startEmbedded starts the embedded single-member store in data_dir. Its
+// warnings and errors go to log; an unrecoverable error while it runs (a
+// full disk) is logged with its cause and ends the process with
+// ExitFailure, without a stack trace.
+func startEmbedded(ctx context.Context, cfg *routes.Config, log *slog.Logger) (*etcdembed.Server, error) {
+	dir := filepath.Join(cfg.DataDir, "etcd")
+	log.Info("no lease_store endpoints: starting the embedded single-member store", "dir", dir)
+	return etcdembed.StartWith(ctx, etcdembed.Options{Dir: dir, Logger: log, OnFatal: func(err error) {
+		embeddedFailed(log.With("dir", dir), err)
+		os.Exit(failover.ExitFailure)
+	}})
+}
+
+// embeddedFailed is the one line that says why the embedded store ended
+// the process.
+func embeddedFailed(log *slog.Logger, err error) {
+	log.Error("embedded lease store failed; exiting", "cause", embeddedCause(err), "err", err,
+		"exit_status", failover.ExitFailure)
+}
+
+// embeddedCause names why the embedded store stopped, for the log line.
+func embeddedCause(err error) string {
+	switch {
+	case errors.Is(err, etcdembed.ErrDiskFull):
+		return "disk full (ENOSPC)"
+	case errors.Is(err, etcdembed.ErrLocked):
+		return "data_dir in use by another process"
+	}
+	return "embedded etcd error"
 }
 
 // notifySystemd tells a Type=notify unit that the bridge runs and, when

@@ -26,9 +26,10 @@ import (
 
 type proc struct {
 	*bridgeProc
-	proxy  *faultproxy.Proxy
-	report admission.Report
-	exit   int
+	proxy   *faultproxy.Proxy
+	report  admission.Report
+	reports []admission.Report
+	exit    int
 }
 
 type runPeers struct {
@@ -63,6 +64,12 @@ func startRunPeers(t *testing.T) *runPeers {
 // its own fault proxy.
 func (p *runPeers) start(t *testing.T, node string) *proc {
 	t.Helper()
+	return p.startVia(t, node, p.etcd.Endpoints[0])
+}
+
+// startVia is start with the lease store at etcdURL (a fault proxy).
+func (p *runPeers) startVia(t *testing.T, node, etcdURL string) *proc {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	px, err := faultproxy.Start(ctx, strings.TrimPrefix(p.broker.URL, "tcp://"))
@@ -74,9 +81,18 @@ func (p *runPeers) start(t *testing.T, node string) *proc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	y := testbin.Config(testbin.Bridge{Etcd: p.etcd.Endpoints[0], Broker: "tcp://" + px.Addr(), PLC: p.plc.Addr(), Node: node, HTTP: addr,
+	y := testbin.Config(testbin.Bridge{Etcd: etcdURL, Broker: "tcp://" + px.Addr(), PLC: p.plc.Addr(), Node: node, HTTP: addr,
 		KeyPrefix: "/run-test/", Topic: "{device}/{tag}"})
-	path := filepath.Join(p.dir, node+".yaml")
+	pr := launch(t, p.dir, node, addr, y)
+	pr.proxy = px
+	return pr
+}
+
+// launch writes configuration y to dir/node.yaml and runs `leasebridge
+// run` on it, its log in dir/node.log, killed at the end of the test.
+func launch(t *testing.T, dir, node, addr, y string) *proc {
+	t.Helper()
+	path := filepath.Join(dir, node+".yaml")
 	if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -84,19 +100,29 @@ func (p *runPeers) start(t *testing.T, node string) *proc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pr := &proc{bridgeProc: &bridgeProc{name: node, http: addr, log: filepath.Join(p.dir, node+".log"), done: make(chan struct{})},
-		proxy: px, report: cfg.Admit()[0], exit: -1}
+	pr := &proc{bridgeProc: &bridgeProc{name: node, http: addr, log: filepath.Join(dir, node+".log")}, reports: cfg.Admit()}
+	pr.report = pr.reports[0]
+	pr.launch(t, path, "text")
+	return pr
+}
+
+// launch runs `leasebridge run -c path` with its output in pr.log and
+// kills it when the test ends, printing the log if the test failed.
+func (pr *proc) launch(t *testing.T, path, logFormat string) {
+	t.Helper()
+	pr.done, pr.exit = make(chan struct{}), -1
 	logf, err := os.Create(pr.log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pr.cmd = exec.Command(testbin.Leasebridge(t), "run", "-c", path, "--log-format", "text")
+	pr.cmd = exec.Command(testbin.Leasebridge(t), "run", "-c", path, "--log-format", logFormat)
 	pr.cmd.Stdout, pr.cmd.Stderr = logf, logf
 	if err := pr.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	cmd, done := pr.cmd, pr.done
 	go func() {
-		err := pr.cmd.Wait()
+		err := cmd.Wait()
 		var ee *exec.ExitError
 		switch {
 		case err == nil:
@@ -105,17 +131,16 @@ func (p *runPeers) start(t *testing.T, node string) *proc {
 			pr.exit = ee.ExitCode()
 		}
 		logf.Close()
-		close(pr.done)
+		close(done)
 	}()
 	t.Cleanup(func() {
-		_ = pr.cmd.Process.Kill()
-		<-pr.done
+		_ = cmd.Process.Kill()
+		<-done
 		if t.Failed() {
-			b, _ := os.ReadFile(pr.log)
-			t.Logf("%s log:\n%s", node, b)
+			b, _ := os.ReadFile(logf.Name())
+			t.Logf("%s log:\n%s", pr.name, b)
 		}
 	})
-	return pr
 }
 
 func (pr *proc) waitExit(t *testing.T, limit time.Duration) int {
@@ -244,14 +269,10 @@ func TestRunNotifiesSystemd(t *testing.T) {
 	}
 }
 
-// A standalone node without lease_store endpoints runs an embedded
-// single-member etcd in data_dir, and its sessions reach ServiceLevelFull
-// on it.
-func TestRunStandaloneEmbeddedStore(t *testing.T) {
-	p := startRunPeers(t)
-	dataDir := t.TempDir()
-	addr := testbin.FreeAddr(t)
-	y := fmt.Sprintf(`deployment_mode: standalone
+// standalone is a standalone node's configuration without lease_store
+// endpoints, so it runs the embedded store in dataDir.
+func (p *runPeers) standalone(dataDir, addr string) string {
+	return fmt.Sprintf(`deployment_mode: standalone
 node: gw
 data_dir: %s
 http_listen: %s
@@ -264,41 +285,27 @@ devices:
 routes:
   - {name: telemetry, session: plc, kind: poll, device: plc, broker: local}
 `, dataDir, addr, p.broker.URL, p.plc.Addr())
-	path := filepath.Join(t.TempDir(), "gw.yaml")
-	if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := routes.Parse(path, []byte(y))
-	if err != nil {
-		t.Fatal(err)
-	}
-	budget := cfg.Admit()[0].OwnerDeath.Total
-	logf, err := os.Create(filepath.Join(t.TempDir(), "gw.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(testbin.Leasebridge(t), "run", "-c", path, "--log-format", "text")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var waitErr error
-	exited := make(chan struct{})
-	go func() { waitErr = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited; logf.Close() })
+}
+
+// A standalone node without lease_store endpoints runs an embedded
+// single-member etcd in data_dir, and its sessions reach ServiceLevelFull
+// on it.
+func TestRunStandaloneEmbeddedStore(t *testing.T) {
+	p := startRunPeers(t)
+	dataDir := t.TempDir()
+	addr := testbin.FreeAddr(t)
+	gw := launch(t, t.TempDir(), "gw", addr, p.standalone(dataDir, addr))
 	// The embedded member's start is part of the first takeover here.
-	if _, _, err := waitOwner(context.Background(), []*bridgeProc{{name: "gw", http: addr}}, nil, budget+time.Minute); err != nil {
-		b, _ := os.ReadFile(logf.Name())
-		t.Fatalf("%v\n%s", err, b)
+	if _, _, err := waitOwner(context.Background(), []*bridgeProc{gw.bridgeProc}, nil, gw.report.OwnerDeath.Total+time.Minute); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(dataDir, "etcd", "member")); err != nil {
 		t.Errorf("no embedded etcd member in data_dir: %v", err)
 	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := gw.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	<-exited
-	if waitErr != nil {
-		t.Errorf("exit after SIGTERM: %v", waitErr)
+	if code := gw.waitExit(t, gw.report.CloseBound+2*gw.report.Timing.RenewCallTimeout+etcdembed.CloseTimeout); code != failover.ExitOK {
+		t.Errorf("exit status after SIGTERM = %d, want %d", code, failover.ExitOK)
 	}
 }

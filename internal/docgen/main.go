@@ -20,8 +20,12 @@ import (
 	"github.com/leasebridge/leasebridge/admission"
 	"github.com/leasebridge/leasebridge/failover"
 	"github.com/leasebridge/leasebridge/internal/report"
+	"github.com/leasebridge/leasebridge/lease/etcdembed"
 	"github.com/leasebridge/leasebridge/routes"
 )
+
+//go:embed bridged-data.md.tmpl
+var bridgedDataTmpl string
 
 //go:embed failover-budget.md.tmpl
 var failoverBudgetTmpl string
@@ -124,7 +128,7 @@ func render() (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	config, err := execute(configurationTmpl, map[string]any{"Reference": ref})
+	config, err := execute(configurationTmpl, map[string]any{"Reference": ref, "MaxEcho": routes.MaxEcho, "ClipAbove": routes.ClipAbove})
 	if err != nil {
 		return nil, err
 	}
@@ -136,15 +140,24 @@ func render() (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	ops, err := execute(operationsTmpl, map[string]any{
+	opsData := map[string]any{
 		"StartupLog": startup,
-		"ExitOK":     report.ExitAdmitted, "ExitRefused": report.ExitRefused, "ExitInvalid": report.ExitInvalid,
-		"ExitStepDown": failover.ExitStepDown, "Metrics": metrics, "GCPercent": failover.GCPercent,
-	})
+		"ExitOK":     failover.ExitOK, "ExitRefused": failover.ExitFailure, "ExitInvalid": failover.ExitInvalid,
+		"ExitFailure": failover.ExitFailure, "Exits": exitTable(),
+		"Metrics": metrics, "GCPercent": failover.GCPercent, "Probes": failover.ProbesPerRenewInterval,
+	}
+	for k, v := range embeddedDisk() {
+		opsData[k] = v
+	}
+	ops, err := execute(operationsTmpl, opsData)
 	if err != nil {
 		return nil, err
 	}
-	return map[string][]byte{"failover-budget.md": budget, "admit-json.md": admit, "configuration.md": config, "operations.md": ops}, nil
+	bridged, err := bridgedData(sa, cl)
+	if err != nil {
+		return nil, err
+	}
+	return map[string][]byte{"failover-budget.md": budget, "admit-json.md": admit, "configuration.md": config, "operations.md": ops, "bridged-data.md": bridged}, nil
 }
 
 func execute(tmpl string, data any) ([]byte, error) {
@@ -194,4 +207,27 @@ func admitExample() (string, error) {
 		return "", err
 	}
 	return b.String(), nil
+}
+
+// exitTable renders failover.ExitStatuses.
+func exitTable() string {
+	var b strings.Builder
+	b.WriteString("| exit status | when | what to do |\n|---|---|---|\n")
+	for _, e := range failover.ExitStatuses {
+		fmt.Fprintf(&b, "| %d | %s | %s |\n", e.Code, e.When, e.Do)
+	}
+	return b.String()
+}
+
+// embeddedDisk are the embedded store's disk numbers, in MB (10^6 bytes,
+// etcd's own unit for WAL segments).
+func embeddedDisk() map[string]any {
+	mb := func(n int64) string { return fmt.Sprintf("%d", (n+999_999)/1_000_000) }
+	seg := etcdembed.WALSegmentBytes()
+	return map[string]any{
+		"WALSegmentMB": mb(seg), "MaxWALFiles": etcdembed.MaxWALFiles, "MaxSnapFiles": etcdembed.MaxSnapFiles,
+		"WALMB": mb(int64(etcdembed.MaxWALFiles+1) * seg), "QuotaMB": mb(etcdembed.QuotaBytes),
+		"Compaction": etcdembed.CompactionRetention, "DiskNeedMB": mb(etcdembed.DiskNeed()),
+		"FirstStartMB": mb(2 * seg), "EmbedClose": admission.FormatSeconds(etcdembed.CloseTimeout),
+	}
 }

@@ -23,6 +23,9 @@ func metricsTable() (string, error) {
 	m.Budget.WithLabelValues("s", "owner_death").Set(0)
 	m.TransportErrors.WithLabelValues("s", "t", "open").Add(0)
 	m.Takeovers.WithLabelValues("s").Add(0)
+	m.ClaimConflicts.WithLabelValues("s").Set(0)
+	m.TimingMismatch.WithLabelValues("s").Set(0)
+	m.TimingMismatches.WithLabelValues("s").Add(0)
 	families, err := reg.Gather()
 	if err != nil {
 		return "", err

@@ -41,7 +41,10 @@ type budgets struct {
 	pollBound  time.Duration
 }
 
-func admit(t *testing.T) budgets {
+func admit(t *testing.T) budgets { t.Helper(); return admitTiming(t, timing) }
+
+// admitTiming admits tm and computes its budgets.
+func admitTiming(t *testing.T, timing admission.Timing) budgets {
 	t.Helper()
 	rep := admission.Evaluate(admission.Inputs{
 		Session: "test", Timing: timing,
@@ -193,6 +196,8 @@ func suite(t *testing.T, start func(testing.TB, int) *testetcd.Cluster) {
 	t.Run("LostResponseAdoption", func(t *testing.T) { lostResponse(t, c, b) })
 	t.Run("LeaderKill", func(t *testing.T) { leaderKill(t, c, b) })
 	t.Run("QuorumLoss", func(t *testing.T) { quorumLoss(t, c, b) })
+	t.Run("MixedTiming", func(t *testing.T) { mixedTiming(t, c, b) })
+	t.Run("RowWithoutTiming", func(t *testing.T) { rowWithoutTiming(t, c, b) })
 }
 
 func takeoverAfterKill(t *testing.T, c *testetcd.Cluster, b budgets) {

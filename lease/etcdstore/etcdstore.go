@@ -1,6 +1,7 @@
 // Package etcdstore is the etcd implementation of lease.Store, and the
 // only package of leasebridge that imports the etcd client. A session's
-// row lives at KeyPrefix + session id as JSON {owner, node, epoch}; its
+// row lives at KeyPrefix + session id as the JSON of lease.Row ({owner,
+// node, epoch, timing}, durations in integer nanoseconds); its
 // version is the key's ModRevision. Every read is linearizable, every
 // write is a transaction comparing the ModRevision, and every call is
 // bounded by its context and by CallTimeout.
@@ -14,6 +15,7 @@ import (
 	"fmt"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -38,8 +40,14 @@ type Config struct {
 	CallTimeout time.Duration
 }
 
-// ErrConfig reports an unusable store configuration.
-var ErrConfig = errors.New("lease: invalid etcd store config")
+// Sentinel errors.
+var (
+	// ErrConfig reports an unusable store configuration.
+	ErrConfig = errors.New("lease: invalid etcd store config")
+	// ErrAuth reports a store that refused the configured user name and
+	// password: a configuration mistake, not an outage.
+	ErrAuth = errors.New("etcdstore: the lease store refused the credentials")
+)
 
 // Store is a lease.Store on etcd.
 type Store struct {
@@ -75,6 +83,9 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		Context:     context.WithoutCancel(ctx),
 	})
 	if err != nil {
+		if e := rpctypes.Error(err); e == rpctypes.ErrAuthFailed || e == rpctypes.ErrPermissionDenied {
+			return nil, fmt.Errorf("%w: user %q at %v: %w", ErrAuth, cfg.Username, cfg.Endpoints, err)
+		}
 		return nil, fmt.Errorf("%w: connect to %v: %w", lease.ErrUnavailable, cfg.Endpoints, err)
 	}
 	return &Store{cli: cli, prefix: cfg.KeyPrefix, timeout: cfg.CallTimeout}, nil
@@ -108,6 +119,21 @@ func (s *Store) Read(ctx context.Context, key string) (lease.Row, int64, error) 
 		return lease.Row{}, 0, fmt.Errorf("etcdstore: key %q holds %q, not a lease row: %w", k, kv.Value, err)
 	}
 	return row, kv.ModRevision, nil
+}
+
+// healthKey is the key Ping counts; no row lives there.
+const healthKey = "\x00health"
+
+// Ping implements lease.Pinger with a linearizable count-only read of one
+// key: the leader confirms its read index, so an answer means a quorum is
+// reachable, and the reply carries no row.
+func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	if _, err := s.cli.Get(ctx, s.prefix+healthKey, clientv3.WithCountOnly()); err != nil {
+		return fmt.Errorf("%w: ping: %w", lease.ErrUnavailable, err)
+	}
+	return nil
 }
 
 // ReadAuthoritative implements lease.Store. etcd's default read is

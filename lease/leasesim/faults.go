@@ -15,12 +15,15 @@ var bg = context.Background()
 // only) followed by a calm phase (healthy store and nodes) in which one
 // probe kills, freezes or partitions an owner or releases a lease, and
 // liveness is asserted against the admitted budgets. It returns the end.
+// Chaos lasts 3 to 7 times the mean of the fleet's shortest and longest
+// lease_ttl; the calm phase waits out the longest.
 func (s *sim) schedule() int64 {
-	l, c := int64(s.sc.l), int64(s.sc.c)
-	s.latMax = c / 5
+	l, c := s.lmax, s.cmax
+	lc := s.lmin
+	s.latMax = s.cmin / 5
 	t := int64(0)
 	for range 2 {
-		chaos := 3*l + s.rnd.Int64N(4*l)
+		chaos := 3*lc + s.rnd.Int64N(4*lc)
 		s.at(t, nil, s.startChaos)
 		for range 3 + s.rnd.IntN(6) {
 			s.chaosFault(t+s.rnd.Int64N(chaos), t+chaos)
@@ -31,7 +34,7 @@ func (s *sim) schedule() int64 {
 		// see a fresh revision before probing.
 		probe := t + 2*l + 2*c
 		s.at(probe, nil, s.probe)
-		t = probe + max(s.odLimit, s.relLimit) + l
+		t = probe + max(s.odMax, s.relMax) + l
 	}
 	return t
 }
@@ -39,7 +42,7 @@ func (s *sim) schedule() int64 {
 // chaosFault schedules one random fault starting at t and undone before
 // end at the latest (the calm phase heals everything anyway).
 func (s *sim) chaosFault(t, end int64) {
-	l, c := int64(s.sc.l), int64(s.sc.c)
+	l, c := s.lmax, s.cmax
 	n := s.nodes[s.rnd.IntN(len(s.nodes))]
 	undo := t + s.rnd.Int64N(max(1, min(end-t, 2*l)))
 	switch s.rnd.IntN(7) {
@@ -64,7 +67,7 @@ func (s *sim) chaosFault(t, end int64) {
 				s.tracef("store lossy drop=%.2f lose=%.2f lat<=%v", drop, lose, time.Duration(lat))
 			}
 		})
-		s.at(undo, nil, func() { s.drop, s.lose, s.latMax = 0, 0, c/5 })
+		s.at(undo, nil, func() { s.drop, s.lose, s.latMax = 0, 0, s.cmin/5 })
 	case 4:
 		m := n.mgrs[s.rnd.IntN(len(n.mgrs))]
 		owner := s.rnd.IntN(2) == 0
@@ -86,7 +89,7 @@ func (s *sim) chaosFault(t, end int64) {
 				s.latMax = lat
 			}
 		})
-		s.at(undo, nil, func() { s.latMax = c / 5 })
+		s.at(undo, nil, func() { s.latMax = s.cmin / 5 })
 	}
 }
 
@@ -100,7 +103,9 @@ func (s *sim) startChaos() {
 func (s *sim) startCalm() {
 	s.tracef("phase calm")
 	s.calm = true
-	s.drop, s.lose, s.latMax = 0, 0, int64(s.sc.c)/5
+	// Each leg at most a fifth of the shortest call timeout: every node's
+	// calls complete, as the budgets assume.
+	s.drop, s.lose, s.latMax = 0, 0, s.cmin/5
 	s.heal(true)
 }
 
@@ -222,15 +227,17 @@ func (s *sim) probe() {
 	kind := s.rnd.IntN(4)
 	if kind == 3 {
 		s.stats.Probes++
-		s.obl = append(s.obl, &obligation{kind: "release", session: m.session, victim: m.id.Owner, anchor: -1, limit: s.relLimit, since: s.now})
+		_, rel := s.limits(m.n)
+		s.obl = append(s.obl, &obligation{kind: "release", session: m.session, victim: m.id.Owner, anchor: -1, limit: rel, since: s.now})
 		s.release(m)
 		return
 	}
 	n := m.n
+	od, _ := s.limits(n)
 	for _, v := range n.mgrs {
 		if v.term != nil && !v.stopped {
 			s.stats.Probes++
-			s.obl = append(s.obl, &obligation{kind: "liveness", session: v.session, victim: v.id.Owner, anchor: s.now, limit: s.odLimit, since: s.now})
+			s.obl = append(s.obl, &obligation{kind: "liveness", session: v.session, victim: v.id.Owner, anchor: s.now, limit: od, since: s.now})
 		}
 	}
 	switch kind {
@@ -241,6 +248,24 @@ func (s *sim) probe() {
 	case 2:
 		s.partition(n, true)
 	}
+}
+
+// limits are the budgets for a takeover after victim's owner dies or
+// releases: every other node stands by in a calm phase, so the first of
+// them to take over is no later than the smallest of their budgets.
+func (s *sim) limits(victim *node) (ownerDeath, release int64) {
+	ownerDeath, release = maxTime, maxTime
+	for _, b := range s.nodes {
+		if b == victim {
+			continue
+		}
+		od, rel, err := budgets(victim, b)
+		if err != nil {
+			panic(err) // computed for every pair in setup
+		}
+		ownerDeath, release = min(ownerDeath, od), min(release, rel)
+	}
+	return ownerDeath, release
 }
 
 // landed moves an obligation's anchor: a takeover cannot start before the
@@ -275,10 +300,12 @@ func (s *sim) meet(t *term) {
 		if took > o.limit {
 			s.failf(o.kind, "%s: takeover by %s took %v after the anchor, budget %v", s.keys[o.session], t.m.id.Owner, time.Duration(took), time.Duration(o.limit))
 		}
+		worst, limit := &s.stats.MaxOwnerDeath, &s.stats.OwnerDeathLimit
 		if o.kind == "release" {
-			s.stats.MaxRelease = max(s.stats.MaxRelease, time.Duration(took))
-		} else {
-			s.stats.MaxOwnerDeath = max(s.stats.MaxOwnerDeath, time.Duration(took))
+			worst, limit = &s.stats.MaxRelease, &s.stats.ReleaseLimit
+		}
+		if *limit == 0 || float64(took)/float64(o.limit) > float64(*worst)/float64(*limit) {
+			*worst, *limit = time.Duration(took), time.Duration(o.limit)
 		}
 	}
 	s.obl = kept

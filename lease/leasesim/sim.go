@@ -1,5 +1,6 @@
 // Package leasesim is a deterministic simulation of lease managers. One
-// seed fixes everything: the cadence, the number of nodes and sessions,
+// seed fixes everything: each node's cadence (nodes of one seed may differ,
+// as during a rolling change), the number of nodes and sessions,
 // every store latency, loss and partition, every process freeze, kill and
 // restart, and every jitter draw. It runs on one goroutine with simulated
 // clocks whose rates differ by at most admission.ClockRatePPM, drives real
@@ -21,13 +22,16 @@ import (
 	"github.com/leasebridge/leasebridge/lease/internal/hook"
 )
 
-// Fence modes for Options.FenceMode: the correct core and two deliberately
-// broken self-fences the simulation must catch.
+// Modes for Options.FenceMode: the correct core and deliberately broken
+// ones the simulation must catch.
 const (
 	FenceCorrect      = hook.FenceCorrect
 	FenceNever        = hook.FenceNever
 	FenceFromResponse = hook.FenceFromResponse
 	FenceNoHold       = hook.FenceNoHold
+	// OwnTTLOnly: a standby waits its own lease_ttl on an unchanged
+	// revision, ignoring the longer one the row's owner wrote.
+	OwnTTLOnly = hook.OwnTTLOnly
 )
 
 // Options select one simulation.
@@ -58,14 +62,22 @@ func (f *Failure) Error() string {
 
 // Stats summarize one run.
 type Stats struct {
-	Steps           int
-	Takeovers       int
-	Probes          int           // owner deaths and releases checked for liveness
-	MaxOwnerDeath   time.Duration // slowest takeover after a probed owner death
-	OwnerDeathLimit time.Duration // admission.OwnerDeath with A = S = 0
-	MaxRelease      time.Duration // slowest takeover after a probed release
-	ReleaseLimit    time.Duration // 2 poll boundaries + 2 calls
-	Timing          string
+	Steps     int
+	Takeovers int
+	Probes    int // owner deaths and releases checked for liveness
+	// MaxOwnerDeath is the probed owner death whose takeover came
+	// closest to its budget, OwnerDeathLimit that budget:
+	// admission.OwnerDeath with A = S = 0 and the larger of the owner's
+	// and the standby's lease_ttl.
+	MaxOwnerDeath   time.Duration
+	OwnerDeathLimit time.Duration
+	// MaxRelease is the probed release whose takeover came closest to its
+	// budget, ReleaseLimit that budget: 2 poll boundaries + 2 calls.
+	MaxRelease   time.Duration
+	ReleaseLimit time.Duration
+	Timing       string
+	// Mixed is true when the nodes' cadences differ.
+	Mixed bool
 }
 
 // scenario is one admitted cadence the simulation draws from.
@@ -113,6 +125,8 @@ func (q *queue) Pop() any {
 
 type node struct {
 	id          int
+	sc          scenario
+	cfg         lease.Config
 	gen         int
 	alive       bool
 	frozen      bool
@@ -184,10 +198,10 @@ func (s *sim) worstEnd(t *term) int64 {
 // local instant end has closed its transports: the close bound is enforced
 // by the owner's own timers, so it runs on the owner's clock.
 func (s *sim) closedBy(n *node, end time.Duration) int64 {
-	if end >= lease.Never-s.sc.close {
+	if end >= lease.Never-n.sc.close {
 		return maxTime
 	}
-	return n.real(end + s.sc.close)
+	return n.real(end + n.sc.close)
 }
 
 type obligation struct {
@@ -206,21 +220,22 @@ type sim struct {
 	seq   uint64
 	q     queue
 	store *lease.MemStore
-	sc    scenario
-	cfg   lease.Config
-	keys  []string
-	nodes []*node
-	terms [][]*term // per session, open or not yet past
-	epoch []uint64  // highest epoch seen per session
-	obl   []*obligation
-	fail  *Failure
-	calm  bool
+	// The fleet's shortest and longest lease_ttl and call timeouts: they
+	// size the phases and the store latency.
+	lmin, lmax, cmin, cmax int64
+	keys                   []string
+	nodes                  []*node
+	terms                  [][]*term // per session, open or not yet past
+	epoch                  []uint64  // highest epoch seen per session
+	obl                    []*obligation
+	fail                   *Failure
+	calm                   bool
 	// lossy store path
 	drop, lose float64
 	latMax     int64
 	stats      Stats
-	odLimit    int64
-	relLimit   int64
+	// The largest owner-death and release limits of any probe.
+	odMax, relMax int64
 }
 
 // Run simulates one seed and returns its statistics, or a *Failure.
@@ -256,38 +271,47 @@ func Run(o Options) (Stats, error) {
 }
 
 func (s *sim) setup() error {
-	s.sc = scenarios[s.rnd.IntN(len(scenarios))]
-	t := admission.Timing{
-		LeaseTTL: s.sc.l, RenewInterval: s.sc.r, RenewJitter: s.sc.j, RenewCallTimeout: s.sc.c,
-		AcquirePollInterval: s.sc.p, StepDownGrace: time.Second, MaxRenewFails: 1 + s.rnd.IntN(3),
+	nn, ns := 3+s.rnd.IntN(3), 1+s.rnd.IntN(3)
+	// A quarter of the seeds run one cadence on every node; the others
+	// draw each node's cadence, as a fleet in a rolling change has.
+	uniform := s.rnd.IntN(4) == 0
+	s.stats.Mixed = !uniform
+	var first scenario
+	for i := range nn {
+		sc := first
+		if i == 0 || !uniform {
+			sc = s.drawScenario()
+		}
+		if i == 0 {
+			first = sc
+		}
+		cfg, err := s.admit(sc, 1+s.rnd.IntN(3))
+		if err != nil {
+			return err
+		}
+		s.lmax = max(s.lmax, int64(sc.l))
+		s.cmax = max(s.cmax, int64(sc.c))
+		if i == 0 || int64(sc.c) < s.cmin {
+			s.cmin = int64(sc.c)
+		}
+		if i == 0 || int64(sc.l) < s.lmin {
+			s.lmin = int64(sc.l)
+		}
+		s.nodes = append(s.nodes, &node{id: i, sc: sc, cfg: cfg})
+		s.stats.Timing += fmt.Sprintf("n%d{L=%v R=%v J=%v C=%v P=%v close=%v fence_after=%v max_renew_fails=%d} ",
+			i, sc.l, sc.r, sc.j, sc.c, sc.p, sc.close, cfg.FenceAfter, cfg.MaxRenewFails)
 	}
-	rep := admission.Evaluate(admission.Inputs{
-		Session: "sim", Timing: t, BrokerHealth: admission.BrokerHealth{Mode: admission.BrokerHealthOff},
-		Transports: []admission.Activation{{Name: "sim", Close: s.sc.close}},
-	})
-	if !rep.Admitted() {
-		return fmt.Errorf("leasesim: scenario refused by admission: %v", rep.Refusals)
+	for _, v := range s.nodes {
+		for _, b := range s.nodes {
+			if _, _, err := budgets(v, b); err != nil {
+				return err
+			}
+		}
+		od, rel := s.limits(v)
+		s.odMax, s.relMax = max(s.odMax, od), max(s.relMax, rel)
 	}
-	s.cfg = lease.ConfigFromReport(rep)
-	if s.o.ForgetCloseBound {
-		s.cfg.FenceAfter += rep.CloseBound
-	}
-	od, err := admission.OwnerDeath(t, 0, 0)
-	if err != nil {
-		return err
-	}
-	pb, err := admission.PollBoundary(t.AcquirePollInterval)
-	if err != nil {
-		return err
-	}
-	s.odLimit = int64(od.Total)
-	s.relLimit = int64(2*pb + 2*t.RenewCallTimeout)
-	s.stats.OwnerDeathLimit, s.stats.ReleaseLimit = od.Total, time.Duration(s.relLimit)
-	s.stats.Timing = fmt.Sprintf("L=%v R=%v J=%v C=%v P=%v close=%v fence_after=%v max_renew_fails=%d",
-		t.LeaseTTL, t.RenewInterval, t.RenewJitter, t.RenewCallTimeout, t.AcquirePollInterval, s.sc.close, s.cfg.FenceAfter, t.MaxRenewFails)
 
 	s.store = lease.NewMemStore()
-	nn, ns := 3+s.rnd.IntN(3), 1+s.rnd.IntN(3)
 	for i := range ns {
 		s.keys = append(s.keys, fmt.Sprintf("s%d", i))
 	}
@@ -297,17 +321,80 @@ func (s *sim) setup() error {
 	// differ by a ratio of at most 1 + ClockRatePPM/1e6, the bound
 	// admission's clock_rate_margin is computed for.
 	half := int64(admission.ClockRatePPM/2 - 1)
-	for i := range nn {
-		n := &node{id: i, off: s.rnd.Int64N(int64(1000 * time.Second)), ppm: s.rnd.Int64N(2*half+1) - half}
-		s.nodes = append(s.nodes, n)
+	for _, n := range s.nodes {
+		n.off, n.ppm = s.rnd.Int64N(int64(1000*time.Second)), s.rnd.Int64N(2*half+1)-half
 		for j := range ns {
 			n.mgrs = append(n.mgrs, &mgr{n: n, session: j})
 		}
 		s.startNode(n)
 	}
 	s.calm = true
-	s.tracef("setup seed=%d nodes=%d sessions=%d %s", s.o.Seed, nn, ns, s.stats.Timing)
+	s.tracef("setup seed=%d nodes=%d sessions=%d mixed=%v %s", s.o.Seed, nn, ns, s.stats.Mixed, s.stats.Timing)
 	return nil
+}
+
+// drawScenario picks a shipped cadence, and half of the time scales it and
+// varies renew_interval, acquire_poll_interval and renew_call_timeout on
+// their own, keeping the draw only if admission admits it.
+func (s *sim) drawScenario() scenario {
+	base := scenarios[s.rnd.IntN(len(scenarios))]
+	if s.rnd.IntN(2) == 0 {
+		return base
+	}
+	per := func(d time.Duration, lo, hi int64) time.Duration {
+		return d * time.Duration(lo+s.rnd.Int64N(hi-lo+1)) / 1000
+	}
+	k := 750 + s.rnd.Int64N(501) // the whole cadence at 0.75x to 1.25x
+	sc := scenario{l: per(base.l, k, k), r: per(base.r, k, k), j: per(base.j, k, k), c: per(base.c, k, k), p: per(base.p, k, k), close: per(base.close, k, k)}
+	sc.r = per(sc.r, 750, 1500)
+	sc.p = per(sc.p, 750, 2000)
+	sc.c = per(sc.c, 700, 1300)
+	if _, err := s.admit(sc, 1); err != nil {
+		return base
+	}
+	return sc
+}
+
+// admit runs sc through admission and returns the lease configuration the
+// managers of a node with that cadence run.
+func (s *sim) admit(sc scenario, maxFails int) (lease.Config, error) {
+	rep := admission.Evaluate(admission.Inputs{
+		Session: "sim", Timing: timingOf(sc, maxFails), BrokerHealth: admission.BrokerHealth{Mode: admission.BrokerHealthOff},
+		Transports: []admission.Activation{{Name: "sim", Close: sc.close}},
+	})
+	if !rep.Admitted() {
+		return lease.Config{}, fmt.Errorf("leasesim: scenario %+v refused by admission: %v", sc, rep.Refusals)
+	}
+	cfg := lease.ConfigFromReport(rep)
+	if s.o.ForgetCloseBound {
+		cfg.FenceAfter += rep.CloseBound
+	}
+	return cfg, nil
+}
+
+func timingOf(sc scenario, maxFails int) admission.Timing {
+	return admission.Timing{
+		LeaseTTL: sc.l, RenewInterval: sc.r, RenewJitter: sc.j, RenewCallTimeout: sc.c,
+		AcquirePollInterval: sc.p, StepDownGrace: time.Second, MaxRenewFails: maxFails,
+	}
+}
+
+// budgets are the takeover budgets of standby b after owner v dies or
+// releases: the owner-death budget with the larger of both lease_ttl
+// values and b's own poll interval and call timeout (A = S = 0), and two
+// of b's poll boundaries and calls after a release.
+func budgets(v, b *node) (ownerDeath, release int64, err error) {
+	t := timingOf(b.sc, b.cfg.MaxRenewFails)
+	t.LeaseTTL = max(v.sc.l, b.sc.l)
+	od, err := admission.OwnerDeath(t, 0, 0)
+	if err != nil {
+		return 0, 0, err
+	}
+	pb, err := admission.PollBoundary(t.AcquirePollInterval)
+	if err != nil {
+		return 0, 0, err
+	}
+	return int64(od.Total), int64(2*pb + 2*t.RenewCallTimeout), nil
 }
 
 func (s *sim) tracef(format string, args ...any) {
@@ -345,7 +432,7 @@ func (s *sim) startMgr(m *mgr) {
 	m.term = nil
 	m.id = lease.Identity{Node: fmt.Sprintf("n%d", m.n.id), Owner: fmt.Sprintf("n%d#%d.%d", m.n.id, m.n.gen, m.inc)}
 	seed := s.o.Seed ^ uint64(m.n.id)<<40 ^ uint64(m.session)<<32 ^ uint64(m.n.gen)<<16 ^ uint64(m.inc)
-	core, err := lease.NewCore(s.cfg, m.id, s.keys[m.session], rand.New(rand.NewPCG(seed, 0xc0de)), m.n.local(s.now))
+	core, err := lease.NewCore(m.n.cfg, m.id, s.keys[m.session], rand.New(rand.NewPCG(seed, 0xc0de)), m.n.local(s.now))
 	if err != nil {
 		panic(err) // the configuration was admitted and validated above
 	}

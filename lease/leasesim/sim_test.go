@@ -15,7 +15,7 @@ import (
 var (
 	flagSeeds = flag.Int("seeds", 10000, "number of seeds TestSeeds runs (short mode: 500)")
 	flagSeed  = flag.Int64("seed", -1, "replay one seed with a full trace (TestReplay)")
-	flagMode  = flag.Int("fence-mode", FenceCorrect, "fence mode for TestReplay: 0 correct, 1 never, 2 response-anchored, 3 no hold")
+	flagMode  = flag.Int("fence-mode", FenceCorrect, "fence mode for TestReplay: 0 correct, 1 never, 2 response-anchored, 3 no hold, 4 own lease_ttl only")
 )
 
 // runSeeds runs seeds [0, n) on all CPUs and returns the first failure by
@@ -123,13 +123,15 @@ func TestBrokenFenceCaught(t *testing.T) {
 }
 
 // TestSubtleFenceBugsCaught: anchoring the fence at the renew response
-// instead of its send, and reclaiming one's own row before the fenced
-// term's transports have closed, are both caught.
+// instead of its send, reclaiming one's own row before the fenced term's
+// transports have closed, and a standby that judges a row by its own
+// lease_ttl alone (ignoring the longer one the owner wrote, which per-node
+// timings exercise) are each caught.
 func TestSubtleFenceBugsCaught(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		mode int
-	}{{"ResponseAnchored", FenceFromResponse}, {"NoHoldAfterFence", FenceNoHold}} {
+	}{{"ResponseAnchored", FenceFromResponse}, {"NoHoldAfterFence", FenceNoHold}, {"OwnTTLOnly", OwnTTLOnly}} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, _ := runSeeds(t, 2000, tc.mode)
 			if f == nil {

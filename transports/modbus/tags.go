@@ -3,7 +3,6 @@ package modbus
 import (
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/leasebridge/leasebridge/routes"
@@ -60,7 +59,7 @@ func parseTag(tg *routes.Tag, devOrder ByteOrder) (*tag, error) {
 	default:
 		return nil, fmt.Errorf("%w: tag %q: register %q: want holding, input, coil or discrete", ErrConfig, tg.Name, tg.Register)
 	}
-	start, err := parseAddress(tg.Address)
+	start, err := routes.ModbusAddress(tg.Address)
 	if err != nil {
 		return nil, fmt.Errorf("%w: tag %q: address %q: want a 0-based register or bit number 0..65535 such as \"100\" or \"0x64\"", ErrAddress, tg.Name, tg.Address)
 	}
@@ -125,18 +124,6 @@ func parseTag(tg *routes.Tag, devOrder ByteOrder) (*tag, error) {
 		return nil, fmt.Errorf("%w: tag %q: a %s is read-only in Modbus; only holding registers and coils are writable", ErrConfig, tg.Name, t.table)
 	}
 	return t, nil
-}
-
-// parseAddress reads a decimal or 0x-prefixed hexadecimal protocol address.
-// Leading zeros stay decimal: "0100" is register 100, not octal 64.
-func parseAddress(s string) (uint16, error) {
-	s = strings.TrimSpace(s)
-	base := 10
-	if strings.HasPrefix(s, "0x") || strings.HasPrefix(s, "0X") {
-		s, base = s[2:], 16
-	}
-	v, err := strconv.ParseUint(s, base, 16)
-	return uint16(v), err
 }
 
 // request is one read covering one or more tags of one table.

@@ -21,11 +21,11 @@ const (
 	Out = "out"
 )
 
-// queueDepth bounds the messages a bridge direction holds between the
+// BridgeQueueDepth bounds the messages a bridge direction holds between the
 // source's delivery and the target's acknowledgement. QoS 1/2 traffic is
 // bounded well below it by the source broker's in-flight window, because
 // nothing is acknowledged before it was forwarded.
-const queueDepth = 4096
+const BridgeQueueDepth = 4096
 
 // Bridge forwards messages of a bridge route between a remote broker and
 // the local one, exclusively for its session: both Clients use the
@@ -71,7 +71,7 @@ func NewBridge(name string, remote, local *Client, topics []*routes.TopicMap) (*
 		return nil, fmt.Errorf("%w: bridge %s: remote %s and local %s are the same broker with the same client id %s", ErrConfig, name, remote.URL(), local.URL(), local.ClientID())
 	}
 	b := &Bridge{name: name, remote: remote, local: local,
-		in: make(chan pending, queueDepth), out: make(chan pending, queueDepth)}
+		in: make(chan pending, BridgeQueueDepth), out: make(chan pending, BridgeQueueDepth)}
 	for _, t := range topics {
 		m, err := newMapping(t)
 		if err != nil {

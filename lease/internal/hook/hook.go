@@ -3,12 +3,13 @@
 // calls it.
 package hook
 
-// Fence modes for SetFenceMode.
+// Modes for SetFenceMode: the correct core and deliberately broken ones.
 const (
 	FenceCorrect      = 0 // deadline = last successful renew sent + FenceAfter
 	FenceNever        = 1 // broken: the owner never fences itself
 	FenceFromResponse = 2 // broken: deadline anchored at the renew response
 	FenceNoHold       = 3 // broken: a fenced owner reclaims before its old term has closed
+	OwnTTLOnly        = 4 // broken: a standby judges a row by its own lease_ttl, ignoring the owner's
 )
 
 // SetFenceMode sets the fence mode of a *lease.Core; installed by package

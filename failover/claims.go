@@ -1,0 +1,89 @@
+package failover
+
+import (
+	"context"
+	"errors"
+
+	"github.com/leasebridge/leasebridge/lease"
+	"github.com/leasebridge/leasebridge/routes"
+)
+
+// endpointIDs are the session's device endpoints as claimed in the lease
+// store: a serial port or a loopback address names a resource of this
+// machine only, so its claim carries the node name.
+func (s *session) endpointIDs() []string {
+	var ids []string
+	seen := map[string]bool{}
+	for _, r := range s.routes {
+		d := s.sup.o.Config.Devices[r.Device]
+		if d == nil || (r.Kind != routes.RoutePoll && r.Kind != routes.RouteWrite) {
+			continue
+		}
+		ep, err := d.Endpoint()
+		if err != nil {
+			continue // validation refused it; build reports it
+		}
+		id := ep.ID
+		if ep.NodeLocal {
+			id += " on " + s.sup.o.Node
+		}
+		if !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// claimEndpoints claims the session's device endpoints before any is
+// opened, within one renew_call_timeout, and returns what releases them.
+// A live claim of another key_prefix or session is an error: the term
+// must not activate. A store that does not answer is not: claims only
+// detect a second fleet, the lease row keeps the device exclusive.
+func (s *session) claimEndpoints(ctx context.Context, ownerID string) (release func(), err error) {
+	o := s.sup.o
+	release = func() {}
+	ids := s.endpointIDs()
+	if o.Claims == nil || len(ids) == 0 {
+		return release, nil
+	}
+	t := s.report.Timing
+	cctx, cancel := context.WithTimeout(ctx, t.RenewCallTimeout)
+	defer cancel()
+	mine := lease.Claim{KeyPrefix: o.Config.LeaseStore.KeyPrefix, Session: s.name, Node: o.Node, Owner: ownerID}
+	free, err := o.Claims.Claim(cctx, ids, mine, t.LeaseTTL)
+	var conflict *lease.ClaimConflict
+	switch {
+	case errors.As(err, &conflict):
+		if prev, _ := s.conflict.Load().(string); prev != conflict.Error() {
+			s.log.Error("device endpoint held by another fleet or session: not activating", "endpoint", conflict.Endpoint,
+				"key_prefix", mine.KeyPrefix, "other_key_prefix", conflict.Holder.KeyPrefix, "other_session", conflict.Holder.Session,
+				"other_node", conflict.Holder.Node, "other_owner", conflict.Holder.Owner)
+		}
+		s.setConflict(conflict.Error())
+		return release, err
+	case err != nil:
+		s.log.Warn("endpoint claim failed; activating unclaimed", "endpoints", ids, "err", err)
+	default:
+		release = func() {
+			ctx, cancel := context.WithTimeout(context.Background(), t.RenewCallTimeout)
+			defer cancel()
+			if err := free(ctx); err != nil {
+				s.log.Warn("endpoint claim release", "err", err)
+			}
+		}
+	}
+	s.setConflict("")
+	return release, nil
+}
+
+// setConflict records the endpoint conflict keeping the session from
+// activating; empty clears it.
+func (s *session) setConflict(msg string) {
+	s.conflict.Store(msg)
+	v := 0.0
+	if msg != "" {
+		v = 1
+	}
+	s.sup.o.Metrics.ClaimConflicts.WithLabelValues(s.name).Set(v)
+}

@@ -1,0 +1,123 @@
+package etcdstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/url"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasebridge/leasebridge/lease"
+)
+
+// ClaimPrefix is the key space of endpoint claims. It does not depend on
+// key_prefix: fleets with different prefixes must see each other's claims.
+const ClaimPrefix = "/leasebridge/endpoints/"
+
+// ClaimKey is the claim row of an endpoint identity.
+func ClaimKey(endpoint string) string { return ClaimPrefix + url.PathEscape(endpoint) }
+
+var _ lease.Claimer = (*Store)(nil)
+
+// claimAttempts bounds how often Claim retries after another writer
+// changed a claim row between its read and its write.
+const claimAttempts = 4
+
+// Claim implements lease.Claimer. The rows are attached to an etcd lease
+// of ttl (whole seconds, at least 1) kept alive until release, which
+// revokes it and so deletes every row still attached to it; a row another
+// owner of the session has taken over is attached to that owner's lease
+// and stays.
+func (s *Store) Claim(ctx context.Context, endpoints []string, c lease.Claim, ttl time.Duration) (func(context.Context) error, error) {
+	if len(endpoints) == 0 {
+		return func(context.Context) error { return nil }, nil
+	}
+	val, err := json.Marshal(c)
+	if err != nil {
+		return nil, fmt.Errorf("etcdstore: encode claim %+v: %w", c, err)
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	g, err := s.cli.Grant(ctx, int64(math.Ceil(max(ttl, time.Second).Seconds())))
+	if err != nil {
+		return nil, fmt.Errorf("%w: grant a %s lease for the claims of %v: %w", lease.ErrUnavailable, ttl, endpoints, err)
+	}
+	if err := s.putClaims(ctx, endpoints, c, string(val), g.ID); err != nil {
+		rctx, rcancel := s.bound(context.WithoutCancel(ctx))
+		_, _ = s.cli.Revoke(rctx, g.ID)
+		rcancel()
+		return nil, err
+	}
+	kctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	go s.keepAlive(kctx, g.ID)
+	return func(ctx context.Context) error {
+		stop()
+		ctx, cancel := s.bound(ctx)
+		defer cancel()
+		if _, err := s.cli.Revoke(ctx, g.ID); err != nil {
+			return fmt.Errorf("%w: revoke the claims of %v (they lapse after %s): %w", lease.ErrUnavailable, endpoints, ttl, err)
+		}
+		return nil
+	}, nil
+}
+
+// putClaims writes every claim row in one transaction, compared against
+// the rows as last read: absent, or held by the same key_prefix and
+// session.
+func (s *Store) putClaims(ctx context.Context, endpoints []string, c lease.Claim, val string, id clientv3.LeaseID) error {
+	seen := make([]int64, len(endpoints)) // ModRevision; 0: absent
+	for range claimAttempts {
+		cmps := make([]clientv3.Cmp, len(endpoints))
+		puts := make([]clientv3.Op, len(endpoints))
+		gets := make([]clientv3.Op, len(endpoints))
+		for i, ep := range endpoints {
+			k := ClaimKey(ep)
+			cmps[i] = clientv3.Compare(clientv3.ModRevision(k), "=", seen[i])
+			puts[i] = clientv3.OpPut(k, val, clientv3.WithLease(id))
+			gets[i] = clientv3.OpGet(k)
+		}
+		resp, err := s.cli.Txn(ctx).If(cmps...).Then(puts...).Else(gets...).Commit()
+		if err != nil {
+			return fmt.Errorf("%w: claim %v: %w", lease.ErrUnavailable, endpoints, err)
+		}
+		if resp.Succeeded {
+			return nil
+		}
+		for i, r := range resp.Responses {
+			seen[i] = 0
+			kvs := r.GetResponseRange().Kvs
+			if len(kvs) == 0 {
+				continue
+			}
+			var held lease.Claim
+			if err := json.Unmarshal(kvs[0].Value, &held); err != nil {
+				return fmt.Errorf("etcdstore: key %q holds %q, not an endpoint claim: %w", kvs[0].Key, kvs[0].Value, err)
+			}
+			if c.Conflicts(held) {
+				return &lease.ClaimConflict{Endpoint: endpoints[i], Holder: held}
+			}
+			seen[i] = kvs[0].ModRevision
+		}
+	}
+	return fmt.Errorf("%w: claim %v: the rows kept changing over %d attempts", lease.ErrUnavailable, endpoints, claimAttempts)
+}
+
+// keepAlive keeps lease id alive until ctx ends, starting over when the
+// client's keep-alive stream halts (a store without a leader): a lapsed
+// claim only weakens detection, never safety.
+func (s *Store) keepAlive(ctx context.Context, id clientv3.LeaseID) {
+	for ctx.Err() == nil {
+		ch, err := s.cli.KeepAlive(ctx, id)
+		if err == nil {
+			for range ch {
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}

@@ -1,0 +1,122 @@
+package routes
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Endpoint is the exclusive resource a device connection occupies: two
+// device entries with the same ID would be two clients of one device.
+type Endpoint struct {
+	// ID is the canonical identity, such as modbus_tcp://plc.local:502;
+	// it never carries a user name or a password.
+	ID string
+	// NodeLocal is true when the identity only names a resource on the
+	// machine it is read on (a serial port, a loopback address): the same
+	// ID on two machines is two different devices.
+	NodeLocal bool
+}
+
+// DefaultOPCUAPort is the port of an opc.tcp:// endpoint that names none.
+const DefaultOPCUAPort = "4840"
+
+// Endpoint is the device's exclusive endpoint, per kind. Identities are
+// compared as strings and never resolve a name: plc.local and the address
+// it resolves to are two identities.
+func (d *Device) Endpoint() (Endpoint, error) {
+	switch d.Kind {
+	case KindModbusTCP:
+		return modbusTCPEndpoint(d)
+	case KindModbusRTU:
+		return modbusRTUEndpoint(d)
+	case KindS7:
+		return s7Endpoint(d)
+	case KindOPCUA:
+		return opcuaEndpoint(d)
+	}
+	return Endpoint{}, fmt.Errorf("routes: unknown device kind %q", d.Kind)
+}
+
+// modbusTCPEndpoint is host:port: every unit behind one TCP server shares
+// its connection budget, so unit_id is not part of the identity.
+func modbusTCPEndpoint(d *Device) (Endpoint, error) {
+	host, port, local, err := hostPort(d.Address, DefaultModbusPort)
+	if err != nil {
+		return Endpoint{}, err
+	}
+	return Endpoint{ID: "modbus_tcp://" + net.JoinHostPort(host, port), NodeLocal: local}, nil
+}
+
+// modbusRTUEndpoint is the serial port: one master per line, so two units
+// on one line are one endpoint.
+func modbusRTUEndpoint(d *Device) (Endpoint, error) {
+	if d.Address == "" {
+		return Endpoint{}, fmt.Errorf("routes: address: want a serial device path such as /dev/ttyUSB0")
+	}
+	return Endpoint{ID: "modbus_rtu:" + filepath.Clean(d.Address), NodeLocal: true}, nil
+}
+
+// s7Endpoint is host:port, rack and slot: a rack/slot pair selects one CPU
+// behind the address (several CPUs of an S7-400 share a CP's address), so
+// another rack or slot is another device.
+func s7Endpoint(d *Device) (Endpoint, error) {
+	host, port, local, err := hostPort(d.Address, DefaultS7Port)
+	if err != nil {
+		return Endpoint{}, err
+	}
+	return Endpoint{ID: fmt.Sprintf("s7://%s rack %d slot %d", net.JoinHostPort(host, port), d.Rack, d.Slot), NodeLocal: local}, nil
+}
+
+// opcuaEndpoint is the endpoint URL without user information, query or
+// fragment: scheme, host, port (4840 when omitted) and path.
+func opcuaEndpoint(d *Device) (Endpoint, error) {
+	u, err := url.Parse(d.Address)
+	if err != nil || u.Host == "" {
+		// url.Parse quotes its input; an address may hold a password.
+		return Endpoint{}, fmt.Errorf("routes: address: want an endpoint such as opc.tcp://host:4840")
+	}
+	hp := u.Host
+	if u.Port() == "" {
+		hp = net.JoinHostPort(u.Hostname(), DefaultOPCUAPort)
+	}
+	host, port, local, err := hostPort(hp, DefaultOPCUAPort)
+	if err != nil {
+		return Endpoint{}, err
+	}
+	path := strings.TrimSuffix(u.EscapedPath(), "/")
+	return Endpoint{ID: strings.ToLower(u.Scheme) + "://" + net.JoinHostPort(host, port) + path, NodeLocal: local}, nil
+}
+
+// hostPort splits host[:port] and normalises it without resolving names:
+// the host lowercased without a trailing dot or IPv6 brackets, an IP
+// address in its canonical form, localhost, 127.0.0.1 and ::1 as one
+// loopback host, and def as the port when none is written.
+func hostPort(addr, def string) (host, port string, loopback bool, err error) {
+	host, port, err = net.SplitHostPort(addr)
+	if err != nil {
+		// A bare host takes the default port; an IPv6 address needs
+		// brackets and a port, as the transports dial it.
+		if addr == "" || strings.Contains(addr, ":") {
+			return "", "", false, fmt.Errorf("routes: address %q: want host, host:port or [ipv6]:port", addr)
+		}
+		host, port = addr, def
+	}
+	n, err := strconv.Atoi(port)
+	if host == "" || err != nil || n < 1 || n > 65535 {
+		return "", "", false, fmt.Errorf("routes: address %q: want host, host:port or [ipv6]:port with a port 1..65535", addr)
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	if ip, err := netip.ParseAddr(host); err == nil {
+		ip = ip.Unmap()
+		host = ip.String()
+		if ip == netip.AddrFrom4([4]byte{127, 0, 0, 1}) || ip == netip.IPv6Loopback() {
+			host = "localhost"
+		}
+	}
+	return host, strconv.Itoa(n), host == "localhost", nil
+}
