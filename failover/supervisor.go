@@ -58,8 +58,10 @@ type Supervisor struct {
 	stepDown chan stepDownRequest
 	once     sync.Once
 	health   *storeHealth
-	// managers counts the lease managers running; stopping is set once
-	// the process shuts down or steps down.
+	// managers counts the sessions whose lease manager runs (a session
+	// sitting out a device-path cooldown counts: it is by design); stopping
+	// is set once the process shuts down or steps down, and a session
+	// ending its device-path cooldown then stays down.
 	managers atomic.Int32
 	stopping atomic.Bool
 }
@@ -96,7 +98,10 @@ func New(o Options) (*Supervisor, error) {
 		if bh := inputs[rep.Session].Inputs.BrokerHealth; bh.Mode == admission.BrokerHealthOn {
 			s.threshold = bh.Threshold
 		}
-		mgr, err := lease.NewManager(lease.Options{
+		if rep.DevicePath != nil {
+			s.devThreshold = inputs[rep.Session].Inputs.DevicePath.Threshold
+		}
+		s.mgrOpts = lease.Options{
 			Store:    o.Store,
 			Key:      rep.Session,
 			Identity: o.Identity,
@@ -106,11 +111,10 @@ func New(o Options) (*Supervisor, error) {
 				o.Metrics.RenewFailures.WithLabelValues(rep.Session).Inc()
 				s.log.Warn("renew failed", "err", err)
 			},
-		})
-		if err != nil {
+		}
+		if _, err := s.newManager(); err != nil {
 			return nil, fmt.Errorf("session %s: %w", rep.Session, err)
 		}
-		s.mgr = mgr
 		s.setState("standby")
 		s.setConflict("")
 		o.Metrics.TimingMismatch.WithLabelValues(rep.Session).Set(0)
@@ -119,14 +123,17 @@ func New(o Options) (*Supervisor, error) {
 		if rep.BrokerPath != nil {
 			o.Metrics.Budget.WithLabelValues(rep.Session, "broker_path").Set(rep.BrokerPath.Total.Seconds())
 		}
+		if rep.DevicePath != nil {
+			o.Metrics.Budget.WithLabelValues(rep.Session, "device_path").Set(rep.DevicePath.Total.Seconds())
+		}
 		sv.sessions = append(sv.sessions, s)
 	}
 	return sv, nil
 }
 
 // LogBudgets writes the startup line of every session: its owner-death
-// budget and broker_path_failover (the budget, off, or why it is
-// undecided).
+// budget, broker_path_failover (the budget, off, or why it is undecided)
+// and device_path_failover (the budget or off).
 func LogBudgets(log *slog.Logger, reports []admission.Report) {
 	for _, r := range reports {
 		bp := "undecided: broker_health_step_down omitted"
@@ -136,13 +143,17 @@ func LogBudgets(log *slog.Logger, reports []admission.Report) {
 		case r.BrokerPathFailover == "off":
 			bp = "off"
 		}
+		dp := "off"
+		if r.DevicePath != nil {
+			dp = admission.FormatSeconds(r.DevicePath.Total)
+		}
 		slo := "none"
 		if r.FailoverSLO != nil {
 			slo = admission.FormatSeconds(*r.FailoverSLO)
 		}
 		log.Info("session admitted", "session", r.Session,
 			"owner_death_budget", admission.FormatSeconds(r.OwnerDeath.Total),
-			"broker_path_failover", bp, "failover_slo", slo,
+			"broker_path_failover", bp, "device_path_failover", dp, "failover_slo", slo,
 			"lease_ttl", admission.FormatSeconds(r.Timing.LeaseTTL),
 			"activation", admission.FormatSeconds(r.Activation),
 			"fence_after", admission.FormatSeconds(r.FenceAfter))
@@ -166,11 +177,8 @@ func (sv *Supervisor) Run(ctx context.Context) error {
 		sv.managers.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := s.mgr.Run(mctx); err != nil && !errors.Is(err, context.Canceled) {
-				s.log.Error("lease manager stopped", "err", err)
-			}
+			s.run(mctx)
 			sv.managers.Add(-1)
-			s.stopped()
 		}()
 	}
 	var result error
@@ -178,8 +186,9 @@ func (sv *Supervisor) Run(ctx context.Context) error {
 	case <-ctx.Done():
 		sv.stopping.Store(true)
 		sv.o.Logger.Info("shutting down: releasing every lease")
-		result = sv.releaseAll(nil)
+		result = sv.releaseAll(nil, time.Now())
 	case req := <-sv.stepDown:
+		sv.stopping.Store(true)
 		sv.runStepDown(req)
 		result = ErrStepDown
 	}
@@ -213,7 +222,7 @@ func (sv *Supervisor) runStepDown(req stepDownRequest) {
 	cancel()
 	ctx, cancel = context.WithTimeout(context.Background(), stage)
 	released := "every lease released"
-	if err := s.mgr.Release(ctx); err != nil {
+	if err := s.manager().ReleaseWith(ctx, &lease.Release{Cause: CauseBrokerPath, AtUnixNS: req.state.Since.UnixNano()}); err != nil {
 		// The standby then waits out lease_ttl: the owner-death path.
 		log.Error("lease release failed; standbys take over after lease_ttl", "bound", stage.String(), "err", err)
 		released = "lease releases failed"
@@ -223,7 +232,7 @@ func (sv *Supervisor) runStepDown(req stepDownRequest) {
 	time.Sleep(grace)
 	// Each failure is logged; the exit status stays ExitStepDown, since a
 	// restart as standby is what the process needs either way.
-	if sv.releaseAll(s) != nil {
+	if sv.releaseAll(s, time.Now()) != nil {
 		released = "lease releases failed"
 	}
 	sv.o.Logger.Error("stepped down: "+released+"; exiting for a restart as standby",
@@ -231,9 +240,10 @@ func (sv *Supervisor) runStepDown(req stepDownRequest) {
 }
 
 // releaseAll ends every term in an orderly way and releases every lease
-// except skip's, concurrently, each within its own bound. It logs every
-// release that failed and returns ErrReleaseFailed naming how many.
-func (sv *Supervisor) releaseAll(skip *session) error {
+// except skip's, concurrently, each within its own bound; the released rows
+// say "handover" since at. It logs every release that failed and returns
+// ErrReleaseFailed naming how many.
+func (sv *Supervisor) releaseAll(skip *session, at time.Time) error {
 	var wg sync.WaitGroup
 	var failed atomic.Int32
 	for _, s := range sv.sessions {
@@ -250,7 +260,7 @@ func (sv *Supervisor) releaseAll(skip *session) error {
 			}
 			cancel()
 			ctx, cancel = context.WithTimeout(context.Background(), 2*t.RenewCallTimeout)
-			if err := s.mgr.Release(ctx); err != nil && !errors.Is(err, lease.ErrStopped) {
+			if err := s.manager().ReleaseWith(ctx, &lease.Release{Cause: CauseHandover, AtUnixNS: at.UnixNano()}); err != nil && !errors.Is(err, lease.ErrStopped) {
 				failed.Add(1)
 				s.log.Error("lease release failed; standbys take over after lease_ttl",
 					"lease_ttl", admission.FormatSeconds(t.LeaseTTL), "err", scrub(err.Error(), sv.o.StoreEndpoints))
@@ -282,6 +292,9 @@ type SessionStatus struct {
 	// TimingMismatch is set while the row's owner runs a lease timing
 	// other than this node's.
 	TimingMismatch *TimingMismatch `json:"timing_mismatch,omitempty"`
+	// Devices are the session's devices as this owner last reached them;
+	// absent on a standby, which does not know.
+	Devices []DeviceStatus `json:"devices,omitempty"`
 }
 
 // Status reports every session, in name order.
@@ -289,12 +302,16 @@ func (sv *Supervisor) Status() []SessionStatus {
 	out := make([]SessionStatus, 0, len(sv.sessions))
 	for _, s := range sv.sessions {
 		s.mu.Lock()
-		last, mismatch := s.lastFull, s.timing.current
+		last, mismatch, h := s.lastFull, s.timing.current, s.health
 		s.mu.Unlock()
 		conflict, _ := s.conflict.Load().(string)
-		out = append(out, SessionStatus{Session: s.name, State: s.State(), Owner: s.owned.Load(),
+		st := SessionStatus{Session: s.name, State: s.State(), Owner: s.owned.Load(),
 			ServiceLevelFull: s.full.Load(), FailureToFullNS: int64(last), OwnerDeathBudgetNS: int64(s.report.OwnerDeath.Total),
-			EndpointConflict: conflict, TimingMismatch: mismatch})
+			EndpointConflict: conflict, TimingMismatch: mismatch}
+		if h != nil {
+			st.Devices = h.status()
+		}
+		out = append(out, st)
 	}
 	return out
 }

@@ -109,9 +109,19 @@ type Manager struct {
 	// BrokerHealthStepDown is off, or how long the broker path may stay not
 	// converged before the owner steps down; required with failover_slo.
 	BrokerHealthStepDown *BrokerHealth `yaml:"broker_health_step_down"`
-	// StartupAllowance is added to both budgets (process start, restarts).
+	// DevicePathStepDown is off (the default), or how long a session's
+	// device may stay unreachable, while the lease store is fine, before
+	// the owner releases that one session so a node that may reach the
+	// device takes it (docs/failover-budget.md).
+	DevicePathStepDown *BrokerHealth `yaml:"device_path_step_down"`
+	// DevicePathCooldown is how long a node that released a session for
+	// its device path does not compete for it. Default: the larger of
+	// device_path_step_down and a standby's pickup (2 poll boundaries + 2
+	// renew_call_timeout).
+	DevicePathCooldown *Duration `yaml:"device_path_cooldown"`
+	// StartupAllowance is added to every budget (process start, restarts).
 	StartupAllowance *Duration `yaml:"startup_allowance"`
-	// FailoverSLO is the declared objective both budgets must fit.
+	// FailoverSLO is the declared objective every budget must fit.
 	FailoverSLO *Duration `yaml:"failover_slo"`
 }
 
@@ -304,7 +314,8 @@ type Route struct {
 	Topic string `yaml:"topic"`
 	// Publish is on_change (default) or every_poll.
 	Publish string `yaml:"publish"`
-	// QoS of the route's publications and subscriptions: 0, 1 or 2.
+	// QoS of the route's publications and subscriptions: 0, 1 or 2 (a
+	// write route defaults to 1, so requests wait for the next owner).
 	QoS int `yaml:"qos"`
 	// Retain publishes each topic's last value as retained.
 	Retain bool `yaml:"retain"`
@@ -312,6 +323,13 @@ type Route struct {
 	RequestTopic string `yaml:"request_topic"`
 	// ReplyTopic is where a write route answers them.
 	ReplyTopic string `yaml:"reply_topic"`
+	// MaxAge is the oldest write request a write route executes, counted
+	// from the request's issued_at to the instant before the device write;
+	// an older one is refused as stale (docs/writes.md).
+	MaxAge Duration `yaml:"max_age"`
+	// ClockSkew is how far a write request's issued_at may lie in the
+	// future of this bridge's clock before it is refused (clock_skew).
+	ClockSkew Duration `yaml:"clock_skew"`
 	// Remote is the remote broker of a bridge route.
 	Remote string `yaml:"remote"`
 	// Topics are a bridge route's topic mappings.
@@ -345,7 +363,8 @@ type Duration time.Duration
 // D returns the value as a time.Duration.
 func (d Duration) D() time.Duration { return time.Duration(d) }
 
-// BrokerHealth is broker_health_step_down as written: off or a duration.
+// BrokerHealth is an off-or-duration value as written:
+// broker_health_step_down and device_path_step_down.
 type BrokerHealth admission.BrokerHealth
 
 // Password reads the password from password_file (trailing newline

@@ -448,7 +448,11 @@ func (c *Config) checkRoute(path string, r *Route) Errors {
 			if r.ReplyTopic == "" {
 				add(path, "reply_topic is required for a write route")
 			}
+			if r.MaxAge <= 0 {
+				add(path+".max_age", "max_age %s: want a duration above 0", r.MaxAge.D())
+			}
 		}
+
 	case RouteBridge:
 		if r.Remote == "" {
 			add(path, "remote is required for a bridge route: the remote broker")
@@ -480,6 +484,11 @@ func (c *Config) checkRoute(path string, r *Route) Errors {
 		add(path, "kind is required: poll, write or bridge")
 	default:
 		add(path+".kind", "unknown route kind %q: want poll, write or bridge", r.Kind)
+	}
+	for _, k := range []string{"max_age", "clock_skew"} {
+		if r.Kind != RouteWrite && c.written(path+"."+k) {
+			add(path+"."+k, "%s applies to write routes only", k)
+		}
 	}
 	return errs
 }

@@ -37,6 +37,9 @@ type runPeers struct {
 	broker *embedbroker.Broker
 	plc    *plcsim.PLC
 	dir    string
+	// brokerAddr, when set, is the broker the bridges use instead of
+	// broker (e.g. a mosquitto).
+	brokerAddr string
 }
 
 func startRunPeers(t *testing.T) *runPeers {
@@ -64,15 +67,32 @@ func startRunPeers(t *testing.T) *runPeers {
 // its own fault proxy.
 func (p *runPeers) start(t *testing.T, node string) *proc {
 	t.Helper()
-	return p.startVia(t, node, p.etcd.Endpoints[0])
+	return p.startAt(t, node, p.etcd.Endpoints[0], nil)
 }
 
 // startVia is start with the lease store at etcdURL (a fault proxy).
 func (p *runPeers) startVia(t *testing.T, node, etcdURL string) *proc {
 	t.Helper()
+	return p.startAt(t, node, etcdURL, nil)
+}
+
+// startWith is start with the configuration adjusted by edit (nil: none).
+func (p *runPeers) startWith(t *testing.T, node string, edit func(*testbin.Bridge)) *proc {
+	t.Helper()
+	return p.startAt(t, node, p.etcd.Endpoints[0], edit)
+}
+
+// startAt is start with the lease store at etcdURL and the configuration
+// adjusted by edit (nil: none).
+func (p *runPeers) startAt(t *testing.T, node, etcdURL string, edit func(*testbin.Bridge)) *proc {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	px, err := faultproxy.Start(ctx, strings.TrimPrefix(p.broker.URL, "tcp://"))
+	brokerAddr := p.brokerAddr
+	if brokerAddr == "" {
+		brokerAddr = strings.TrimPrefix(p.broker.URL, "tcp://")
+	}
+	px, err := faultproxy.Start(ctx, brokerAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,9 +101,12 @@ func (p *runPeers) startVia(t *testing.T, node, etcdURL string) *proc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	y := testbin.Config(testbin.Bridge{Etcd: etcdURL, Broker: "tcp://" + px.Addr(), PLC: p.plc.Addr(), Node: node, HTTP: addr,
-		KeyPrefix: "/run-test/", Topic: "{device}/{tag}"})
-	pr := launch(t, p.dir, node, addr, y)
+	br := testbin.Bridge{Etcd: etcdURL, Broker: "tcp://" + px.Addr(), PLC: p.plc.Addr(), Node: node, HTTP: addr,
+		KeyPrefix: "/run-test/", Topic: "{device}/{tag}"}
+	if edit != nil {
+		edit(&br)
+	}
+	pr := launch(t, p.dir, node, addr, testbin.Config(br))
 	pr.proxy = px
 	return pr
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/leasebridge/leasebridge/internal/report"
 	"github.com/leasebridge/leasebridge/lease/etcdembed"
 	"github.com/leasebridge/leasebridge/routes"
+	"github.com/leasebridge/leasebridge/transports/tagvalue"
 )
 
 //go:embed bridged-data.md.tmpl
@@ -38,6 +39,9 @@ var configurationTmpl string
 
 //go:embed operations.md.tmpl
 var operationsTmpl string
+
+//go:embed writes.md.tmpl
+var writesTmpl string
 
 // exampleConfig is admitted to produce the real output shown in
 // admit-json.md; the path is relative to this package, where go generate
@@ -63,6 +67,9 @@ func main() {
 		}
 	}
 }
+
+// churnD is the device_path_step_down of the churn example.
+const churnD = time.Minute
 
 // render returns every generated page by file name.
 func render() (map[string][]byte, error) {
@@ -108,6 +115,8 @@ func render() (map[string][]byte, error) {
 		"StandaloneRatio":          ratio(sa),
 		"ClusteredRatio":           ratio(cl),
 		"ClusteredActivationShare": fmt.Sprintf("%.0f%%", float64(cl.Activation)*100/float64(cl.OwnerDeath.Total)),
+		"ChurnD":                   fs(churnD),
+		"ChurnPerHour":             int64(time.Hour / churnD),
 	}
 	budget, err := execute(failoverBudgetTmpl, data)
 	if err != nil {
@@ -157,7 +166,12 @@ func render() (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return map[string][]byte{"failover-budget.md": budget, "admit-json.md": admit, "configuration.md": config, "operations.md": ops, "bridged-data.md": bridged}, nil
+	writes, err := execute(writesTmpl, writesData())
+	if err != nil {
+		return nil, err
+	}
+	return map[string][]byte{"failover-budget.md": budget, "admit-json.md": admit, "configuration.md": config, "operations.md": ops,
+		"bridged-data.md": bridged, "writes.md": writes}, nil
 }
 
 func execute(tmpl string, data any) ([]byte, error) {
@@ -229,5 +243,18 @@ func embeddedDisk() map[string]any {
 		"WALMB": mb(int64(etcdembed.MaxWALFiles+1) * seg), "QuotaMB": mb(etcdembed.QuotaBytes),
 		"Compaction": etcdembed.CompactionRetention, "DiskNeedMB": mb(etcdembed.DiskNeed()),
 		"FirstStartMB": mb(2 * seg), "EmbedClose": admission.FormatSeconds(etcdembed.CloseTimeout),
+	}
+}
+
+// writesData is what docs/writes.md takes from the code: reply codes,
+// bounds and the write route's defaults.
+func writesData() map[string]any {
+	return map[string]any{
+		"Codes": failover.WriteCodes, "MaxRequest": failover.MaxWriteRequestBytes, "MaxID": failover.MaxWriteIDBytes,
+		"MaxTag": failover.MaxWriteTagBytes, "MaxMessage": failover.MaxWriteMessageBytes, "MaxReply": failover.MaxWriteReplyBytes,
+		"QueueDepth": failover.WriteQueueDepth, "IDs": failover.MaxWriteIDsRemembered, "QoS0Backlog": failover.MaxWriteQoS0Backlog,
+		"MaxNumber": tagvalue.MaxNumberLen, "MaxExponent": tagvalue.MaxExponent,
+		"MaxAge": admission.FormatSeconds(routes.DefaultWriteMaxAge), "ClockSkew": admission.FormatSeconds(routes.DefaultWriteClockSkew),
+		"QoS": routes.DefaultWriteQoS,
 	}
 }

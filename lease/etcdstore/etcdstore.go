@@ -168,7 +168,8 @@ func (s *Store) CompareAndSwap(ctx context.Context, key string, expect int64, ro
 }
 
 // Release implements lease.Store.
-func (s *Store) Release(ctx context.Context, key string, expect int64, epoch uint64) error {
-	_, err := s.CompareAndSwap(ctx, key, expect, lease.Row{Epoch: epoch})
+func (s *Store) Release(ctx context.Context, key string, expect int64, row lease.Row) error {
+	row.Owner, row.Node = "", ""
+	_, err := s.CompareAndSwap(ctx, key, expect, row)
 	return err
 }

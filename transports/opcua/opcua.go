@@ -43,7 +43,7 @@ var (
 	// ErrAddress reports a tag address that is not a node id.
 	ErrAddress = errors.New("opcua: invalid node id")
 	// ErrValue reports a written value that does not fit its node.
-	ErrValue = errors.New("opcua: invalid value")
+	ErrValue = transports.Sentinel("opcua: invalid value", transports.ErrBadValue)
 	// ErrConnect reports a failed connection, secure channel or session.
 	ErrConnect = errors.New("opcua: connect failed")
 	// ErrTimeout reports a server that did not answer within the request
@@ -62,11 +62,11 @@ var (
 	// ErrNotOpen reports a poll or write before Open.
 	ErrNotOpen = errors.New("opcua: transport not open")
 	// ErrUnknownTag reports a write to a tag the device does not define.
-	ErrUnknownTag = errors.New("opcua: unknown tag")
+	ErrUnknownTag = transports.Sentinel("opcua: unknown tag", transports.ErrUnknownTag)
 	// ErrUnknownGroup reports a poll of a group the device does not define.
 	ErrUnknownGroup = errors.New("opcua: unknown poll group")
 	// ErrReadOnly reports a write to a tag not marked writable.
-	ErrReadOnly = errors.New("opcua: tag not writable")
+	ErrReadOnly = transports.Sentinel("opcua: tag not writable", transports.ErrReadOnly)
 )
 
 func init() {
