@@ -6,6 +6,8 @@ import (
 	"github.com/leasebridge/leasebridge/lease"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/leasebridge/leasebridge/internal/buildinfo"
 )
 
 // Metrics are the Prometheus series of a running bridge; docs/operations.md
@@ -47,6 +49,8 @@ type Metrics struct {
 	DeviceLastGood *prometheus.GaugeVec
 	// DeviceStepDowns counts device-path releases.
 	DeviceStepDowns *prometheus.CounterVec
+	// BuildInfo is 1, labelled with the running binary's build stamp.
+	BuildInfo *prometheus.GaugeVec
 }
 
 // States a session reports in leasebridge_session_state.
@@ -120,10 +124,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "leasebridge_device_step_downs_total",
 			Help: "Device-path releases: a device stayed unreachable for device_path_step_down.",
 		}, []string{"session"}),
+		BuildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "leasebridge_build_info",
+			Help: "1, labelled with the binary's module version, VCS revision, dirty flag and Go version (as `leasebridge version` prints).",
+		}, buildinfo.LabelNames),
 	}
+	m.BuildInfo.WithLabelValues(buildinfo.Read().Labels()...).Set(1)
 	reg.MustRegister(m.FailureToFull, m.State, m.Epoch, m.RenewFailures, m.StepDowns, m.Budget, m.TransportErrors, m.Takeovers,
 		m.ClaimConflicts, m.TimingMismatch, m.TimingMismatches, m.StoreUp, m.WriteRequests,
-		m.DeviceUp, m.DeviceLastGood, m.DeviceStepDowns)
+		m.DeviceUp, m.DeviceLastGood, m.DeviceStepDowns, m.BuildInfo)
 	return m
 }
 

@@ -8,6 +8,7 @@
 //	leasebridge budget --profile NAME [--json|--markdown]
 //	leasebridge demo                        a takeover against its budget
 //	leasebridge help [COMMAND]              the commands, or one's flags and examples
+//	leasebridge version                     the build stamp (also --version)
 //
 // Exit status: 0 admitted (admit) or stopped cleanly with every lease
 // released (run); 1 refused by admission or a runtime failure (run: a
@@ -71,6 +72,9 @@ func commands() []command {
 		{name: "demo", synopsis: "[--keep]",
 			summary: "two bridges, one simulated PLC, a takeover measured against its admitted budget",
 			about:   demoAbout, examples: demoExamples, main: demo},
+		{name: "version", synopsis: "",
+			summary: "module version, VCS revision, Go version (also --version)",
+			about:   versionAbout, examples: versionExamples, main: version},
 	}
 }
 
@@ -91,6 +95,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "help", "-h", "-help", "--help":
 		return help(args[1:], stdout, stderr)
+	case "--version":
+		return version(args[1:], stdout, stderr)
 	}
 	if c, ok := lookup(args[0]); ok {
 		return c.main(args[1:], stdout, stderr)

@@ -48,6 +48,10 @@ var writesTmpl string
 // and go test run.
 const exampleConfig = "../../examples/clustered-sidecar.yaml"
 
+// exampleVersion stands in admit-json.md's example for the version a
+// release binary prints.
+const exampleVersion = "v0.1.0"
+
 func main() {
 	out := flag.String("out", "docs", "directory the pages are written to")
 	flag.Parse()
@@ -124,7 +128,7 @@ func render() (map[string][]byte, error) {
 	}
 	admit, err := execute(admitJSONTmpl, map[string]any{
 		"ExitAdmitted": report.ExitAdmitted, "ExitRefused": report.ExitRefused, "ExitInvalid": report.ExitInvalid,
-		"Example": example,
+		"Example": example, "SchemaVersion": report.SchemaVersion,
 	})
 	if err != nil {
 		return nil, err
@@ -209,8 +213,11 @@ func admitExample() (string, error) {
 	}
 	cfg.File = strings.TrimPrefix(exampleConfig, "../../")
 	sessions := cfg.Sessions()
+	doc := report.FromReports(cfg, sessions, routes.AdmitSessions(sessions))
+	// The binary's own version varies by build; the page shows a release's.
+	doc.LeasebridgeVersion = exampleVersion
 	var b bytes.Buffer
-	if err := report.WriteJSON(&b, report.FromReports(cfg, sessions, routes.AdmitSessions(sessions))); err != nil {
+	if err := report.WriteJSON(&b, doc); err != nil {
 		return "", err
 	}
 	return b.String(), nil
