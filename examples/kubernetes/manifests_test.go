@@ -244,6 +244,14 @@ func checkQueueSizing(t *testing.T, m *manifest, cfg *routes.Config) {
 	if got := fmt.Sprint(budget); got != rate[1] {
 		t.Errorf("mosquitto.conf says press-1's owner-death budget is %s s; admission says %s s", rate[1], got)
 	}
+	// docs/topologies.md walks through the same arithmetic.
+	doc, err := os.ReadFile("../../docs/topologies.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("owner-death budget of %s s", fmt.Sprint(budget)); !strings.Contains(string(doc), want) {
+		t.Errorf("docs/topologies.md lacks %q (admission's figure)", want)
+	}
 	perSecond, _ := strconv.Atoi(rate[2])
 	queued, _ := strconv.Atoi(limit[1])
 	if need := float64(perSecond) * budget; float64(queued) < need {
