@@ -39,6 +39,8 @@ type Metrics struct {
 	StoreUp prometheus.Gauge
 	// WriteRequests counts write requests by outcome (the reply code).
 	WriteRequests *prometheus.CounterVec
+	// Bridges exports the bridge routes' forwarded and dropped messages.
+	Bridges *BridgeCounters
 }
 
 // States a session reports in leasebridge_session_state.
@@ -100,8 +102,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "leasebridge_write_requests_total",
 			Help: "Write requests by outcome: the reply code (ok, busy, stale, invalid, ...; docs/writes.md), or dropped.",
 		}, []string{"session", "route", "outcome"}),
+		Bridges: newBridgeCounters(),
 	}
-	reg.MustRegister(m.FailureToFull, m.State, m.Epoch, m.RenewFailures, m.StepDowns, m.Budget, m.TransportErrors, m.Takeovers,
+	reg.MustRegister(m.Bridges, m.FailureToFull, m.State, m.Epoch, m.RenewFailures, m.StepDowns, m.Budget, m.TransportErrors, m.Takeovers,
 		m.ClaimConflicts, m.TimingMismatch, m.TimingMismatches, m.StoreUp, m.WriteRequests)
 	return m
 }

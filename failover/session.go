@@ -218,7 +218,7 @@ func (s *session) serve(ev lease.Event, stop <-chan struct{}) {
 	}
 	for _, b := range t.bridges {
 		wg.Add(1)
-		go func() { defer wg.Done(); _ = b.Run(wctx) }()
+		go func() { defer wg.Done(); defer o.Metrics.Bridges.track(s.name, b)(); _ = b.Run(wctx) }()
 	}
 	// "active" was published by each client's reconcile during Open: once
 	// per takeover, stamped when it happened.

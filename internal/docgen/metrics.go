@@ -27,6 +27,7 @@ func metricsTable() (string, error) {
 	m.TimingMismatch.WithLabelValues("s").Set(0)
 	m.TimingMismatches.WithLabelValues("s").Add(0)
 	m.WriteRequests.WithLabelValues("s", "r", "ok").Add(0)
+	m.Bridges.Declare("s", "r")
 	families, err := reg.Gather()
 	if err != nil {
 		return "", err
