@@ -39,6 +39,9 @@ type Metrics struct {
 	StoreUp prometheus.Gauge
 	// WriteRequests counts write requests by outcome (the reply code).
 	WriteRequests *prometheus.CounterVec
+	// TopologySuspect is 1 while a standby's local broker shows no status
+	// from the session's owner.
+	TopologySuspect *prometheus.GaugeVec
 	// Bridges exports the bridge routes' forwarded and dropped messages.
 	Bridges *BridgeCounters
 }
@@ -102,10 +105,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "leasebridge_write_requests_total",
 			Help: "Write requests by outcome: the reply code (ok, busy, stale, invalid, ...; docs/writes.md), or dropped.",
 		}, []string{"session", "route", "outcome"}),
+		TopologySuspect: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "leasebridge_broker_topology_suspect",
+			Help: "1 while this standby of a session with a bridge route has stood by longer than the owner-death budget and its local broker carries no active status from another node: the owner uses another broker (docs/bridged-data.md).",
+		}, []string{"session"}),
 		Bridges: newBridgeCounters(),
 	}
 	reg.MustRegister(m.Bridges, m.FailureToFull, m.State, m.Epoch, m.RenewFailures, m.StepDowns, m.Budget, m.TransportErrors, m.Takeovers,
-		m.ClaimConflicts, m.TimingMismatch, m.TimingMismatches, m.StoreUp, m.WriteRequests)
+		m.ClaimConflicts, m.TimingMismatch, m.TimingMismatches, m.StoreUp, m.WriteRequests, m.TopologySuspect)
 	return m
 }
 

@@ -58,6 +58,7 @@ type Supervisor struct {
 	stepDown chan stepDownRequest
 	once     sync.Once
 	health   *storeHealth
+	topology *topology
 	// managers counts the lease managers running; stopping is set once
 	// the process shuts down or steps down.
 	managers atomic.Int32
@@ -122,6 +123,10 @@ func New(o Options) (*Supervisor, error) {
 		}
 		sv.sessions = append(sv.sessions, s)
 	}
+	var err error
+	if sv.topology, err = newTopology(sv); err != nil {
+		return nil, err
+	}
 	return sv, nil
 }
 
@@ -160,6 +165,8 @@ func (sv *Supervisor) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); sv.health.run(mctx) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); sv.topology.run(mctx) }()
 	for _, s := range sv.sessions {
 		// One goroutine per session while it stands by: the manager's;
 		// lease events are handled on it (session.handle).
@@ -283,6 +290,10 @@ type SessionStatus struct {
 	// TimingMismatch is set while the row's owner runs a lease timing
 	// other than this node's.
 	TimingMismatch *TimingMismatch `json:"timing_mismatch,omitempty"`
+	// BrokerTopologySuspect, on a standby of a session with a bridge
+	// route, says why its local broker seems not to see the owner (a
+	// non-clustered broker per node; docs/bridged-data.md).
+	BrokerTopologySuspect string `json:"broker_topology_suspect,omitempty"`
 }
 
 // Status reports every session, in name order.
@@ -295,7 +306,7 @@ func (sv *Supervisor) Status() []SessionStatus {
 		conflict, _ := s.conflict.Load().(string)
 		out = append(out, SessionStatus{Session: s.name, State: s.State(), Owner: s.owned.Load(),
 			ServiceLevelFull: s.full.Load(), FailureToFullNS: int64(last), OwnerDeathBudgetNS: int64(s.report.OwnerDeath.Total),
-			EndpointConflict: conflict, TimingMismatch: mismatch})
+			EndpointConflict: conflict, TimingMismatch: mismatch, BrokerTopologySuspect: sv.topology.why(s.name)})
 	}
 	return out
 }

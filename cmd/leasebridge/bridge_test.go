@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/leasebridge/leasebridge/failover"
 	"github.com/leasebridge/leasebridge/internal/bridgetrial"
+	"github.com/leasebridge/leasebridge/internal/testmqtt"
 	"github.com/leasebridge/leasebridge/lease/etcdembed"
 )
 
@@ -54,4 +57,61 @@ func TestRunBridgeRouteQueueTooSmallLoses(t *testing.T) {
 		t.Errorf("queue limit %d, takeover %s: lost in %d, out %d; want loss in both directions", o.QueueLimit, r.Takeover, r.In.Lost, r.Out.Lost)
 	}
 	t.Logf("queue limit %d, takeover %s: in %d of %d lost, out %d of %d lost", o.QueueLimit, r.Takeover, r.In.Lost, r.In.Sent, r.Out.Lost, r.Out.Sent)
+}
+
+// Unsupported topology: a non-clustered broker per node. Node b's local
+// broker is its own, so it never sees the owner's status: after standing
+// by for the owner-death budget it reports the suspicion on /sessions and
+// in leasebridge_broker_topology_suspect and warns once. Node c shares
+// the owner's local broker and stands by as long without suspicion.
+func TestRunBridgeTopologyPerNodeBrokerSuspect(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	o := bridgeOptions(t)
+	budget := bridgetrial.Budget(t, o)
+	remote := testmqtt.StartMosquitto(t, testmqtt.MosquittoConfig{})
+	shared := testmqtt.StartMosquitto(t, testmqtt.MosquittoConfig{})
+	own := testmqtt.StartMosquitto(t, testmqtt.MosquittoConfig{})
+	dir := t.TempDir()
+	a := bridgetrial.Start(t, o, dir, "node-a", shared.URL, remote.URL)
+	if err := a.Wait(ctx, budget, bridgetrial.Owning); err != nil {
+		t.Fatal(err)
+	}
+	c := bridgetrial.Start(t, o, dir, "node-c", shared.URL, remote.URL)
+	if err := c.Wait(ctx, budget, bridgetrial.Standing); err != nil {
+		t.Fatal(err)
+	}
+	// c has judged its broker at least once by then.
+	cJudged := time.Now().Add(budget + time.Second)
+	b := bridgetrial.Start(t, o, dir, "node-b", own.URL, remote.URL)
+	suspect := func(s failover.SessionStatus) bool { return s.BrokerTopologySuspect != "" }
+	if err := b.Wait(ctx, 2*budget, suspect); err != nil {
+		t.Fatalf("per-node broker not detected: %v", err)
+	}
+	for time.Now().Before(cJudged) {
+		st, err := c.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Owner || st.BrokerTopologySuspect != "" {
+			t.Fatalf("node-c, on the owner's broker: %+v", st)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	series := `leasebridge_broker_topology_suspect{session="` + bridgetrial.Session + `"}`
+	if v := b.Metric(t, series); v != 1 {
+		t.Errorf("node-b %s = %g, want 1", series, v)
+	}
+	if v := c.Metric(t, series); v != 0 {
+		t.Errorf("node-c %s = %g, want 0", series, v)
+	}
+	const warn = "the local broker does not see the owner's messages"
+	if n := strings.Count(b.Log(), warn); n != 1 {
+		t.Errorf("node-b logged the warning %d times, want once", n)
+	}
+	if strings.Contains(c.Log(), warn) {
+		t.Error("node-c, on the owner's broker, warned")
+	}
+	st, _ := b.Status(ctx)
+	t.Logf("node-b: %s", st.BrokerTopologySuspect)
 }

@@ -160,15 +160,15 @@ func Run(tb testing.TB, o Options) Result {
 	out := newStream(tb, local.URL, remote.URL, outSource, outTarget, "out")
 
 	dir := tb.TempDir()
-	a := start(tb, o, dir, "bridge-a", local.URL, remote.URL)
-	if err := a.wait(ctx, r.Budget, owning); err != nil {
+	a := Start(tb, o, dir, "bridge-a", local.URL, remote.URL)
+	if err := a.Wait(ctx, r.Budget, Owning); err != nil {
 		tb.Fatalf("bridgetrial: first owner: %v", err)
 	}
-	b := start(tb, o, dir, "bridge-b", local.URL, remote.URL)
-	if err := b.wait(ctx, r.Budget, standing); err != nil {
+	b := Start(tb, o, dir, "bridge-b", local.URL, remote.URL)
+	if err := b.Wait(ctx, r.Budget, Standing); err != nil {
 		tb.Fatalf("bridgetrial: standby: %v", err)
 	}
-	r.Owner, r.Successor = a.node, b.node
+	r.Owner, r.Successor = a.Node, b.Node
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -184,11 +184,11 @@ func Run(tb testing.TB, o Options) Result {
 		tb.Fatalf("bridgetrial: out before the kill: %v", err)
 	}
 	sleep(ctx, o.Before)
-	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := a.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		tb.Fatal(err)
 	}
 	killed := time.Now()
-	if err := b.wait(ctx, 2*r.Budget, owning); err != nil {
+	if err := b.Wait(ctx, 2*r.Budget, Owning); err != nil {
 		tb.Fatalf("bridgetrial: successor: %v", err)
 	}
 	r.Takeover = time.Since(killed)
@@ -203,7 +203,8 @@ func Run(tb testing.TB, o Options) Result {
 		}
 	}
 	r.In, r.Out = in.tally(), out.tally()
-	r.In.Forwarded, r.Out.Forwarded = b.forwarded(tb, mqtt.In), b.forwarded(tb, mqtt.Out)
+	r.In.Forwarded = b.Metric(tb, fmt.Sprintf(`leasebridge_bridge_forwarded_total{direction="%s",route="%s",session="%s"}`, mqtt.In, Route, Session))
+	r.Out.Forwarded = b.Metric(tb, fmt.Sprintf(`leasebridge_bridge_forwarded_total{direction="%s",route="%s",session="%s"}`, mqtt.Out, Route, Session))
 	return r
 }
 
@@ -326,16 +327,22 @@ func (s *stream) tally() Direction {
 	return d
 }
 
-// proc is one `leasebridge run` process.
-type proc struct {
-	node, http, log string
-	cmd             *exec.Cmd
-	done            chan struct{}
+// Proc is one `leasebridge run` process of a trial.
+type Proc struct {
+	// Node is its node name; Cmd the running process.
+	Node string
+	Cmd  *exec.Cmd
+	http string
+	log  string
+	done chan struct{}
 }
 
-func start(tb testing.TB, o Options, dir, node, local, remote string) *proc {
+// Start runs a process with the trial's configuration for o, its local
+// broker at local and the remote one at remote; it is killed when tb
+// ends, and its log printed if tb failed.
+func Start(tb testing.TB, o Options, dir, node, local, remote string) *Proc {
 	tb.Helper()
-	p := &proc{node: node, http: testbin.FreeAddr(tb), log: filepath.Join(dir, node+".log"), done: make(chan struct{})}
+	p := &Proc{Node: node, http: testbin.FreeAddr(tb), log: filepath.Join(dir, node+".log"), done: make(chan struct{})}
 	path := filepath.Join(dir, node+".yaml")
 	if err := os.WriteFile(path, []byte(config(o, node, p.http, local, remote)), 0o600); err != nil {
 		tb.Fatal(err)
@@ -344,33 +351,41 @@ func start(tb testing.TB, o Options, dir, node, local, remote string) *proc {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	p.cmd = exec.Command(testbin.Leasebridge(tb), "run", "-c", path)
-	p.cmd.Stdout, p.cmd.Stderr = logf, logf
-	if err := p.cmd.Start(); err != nil {
+	p.Cmd = exec.Command(testbin.Leasebridge(tb), "run", "-c", path)
+	p.Cmd.Stdout, p.Cmd.Stderr = logf, logf
+	if err := p.Cmd.Start(); err != nil {
 		tb.Fatal(err)
 	}
-	go func() { _ = p.cmd.Wait(); logf.Close(); close(p.done) }()
+	go func() { _ = p.Cmd.Wait(); logf.Close(); close(p.done) }()
 	tb.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
+		_ = p.Cmd.Process.Kill()
 		<-p.done
 		if tb.Failed() {
-			b, _ := os.ReadFile(p.log)
-			tb.Logf("%s log:\n%s", node, b)
+			tb.Logf("%s log:\n%s", node, p.Log())
 		}
 	})
 	return p
 }
 
-func owning(s failover.SessionStatus) bool   { return s.Owner && s.ServiceLevelFull }
-func standing(s failover.SessionStatus) bool { return !s.Owner && s.State == "standby" }
+// Log is the process's output so far.
+func (p *Proc) Log() string {
+	b, _ := os.ReadFile(p.log)
+	return string(b)
+}
 
-// wait polls /sessions until the trial's session satisfies ok.
-func (p *proc) wait(ctx context.Context, limit time.Duration, ok func(failover.SessionStatus) bool) error {
+// Owning holds for an owner at ServiceLevelFull.
+func Owning(s failover.SessionStatus) bool { return s.Owner && s.ServiceLevelFull }
+
+// Standing holds for a standby.
+func Standing(s failover.SessionStatus) bool { return !s.Owner && s.State == "standby" }
+
+// Wait polls /sessions until the trial's session satisfies ok.
+func (p *Proc) Wait(ctx context.Context, limit time.Duration, ok func(failover.SessionStatus) bool) error {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	last := "no answer"
 	for {
-		if st, err := p.status(ctx); err == nil {
+		if st, err := p.Status(ctx); err == nil {
 			if ok(st) {
 				return nil
 			}
@@ -378,15 +393,16 @@ func (p *proc) wait(ctx context.Context, limit time.Duration, ok func(failover.S
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s: not reached within %s; last status %s", p.node, limit, last)
+			return fmt.Errorf("%s: not reached within %s; last status %s", p.Node, limit, last)
 		case <-p.done:
-			return fmt.Errorf("%s exited", p.node)
+			return fmt.Errorf("%s exited", p.Node)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }
 
-func (p *proc) status(ctx context.Context) (failover.SessionStatus, error) {
+// Status is the trial session's entry on /sessions.
+func (p *Proc) Status(ctx context.Context) (failover.SessionStatus, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.http+"/sessions", nil)
 	if err != nil {
 		return failover.SessionStatus{}, err
@@ -405,29 +421,28 @@ func (p *proc) status(ctx context.Context) (failover.SessionStatus, error) {
 			return s, nil
 		}
 	}
-	return failover.SessionStatus{}, fmt.Errorf("%s: no session %s on /sessions", p.node, Session)
+	return failover.SessionStatus{}, fmt.Errorf("%s: no session %s on /sessions", p.Node, Session)
 }
 
-// forwarded reads leasebridge_bridge_forwarded_total for dir from the
-// process's /metrics.
-func (p *proc) forwarded(tb testing.TB, dir string) float64 {
+// Metric reads one series, named with its labels as /metrics prints
+// them, from the process's /metrics.
+func (p *Proc) Metric(tb testing.TB, series string) float64 {
 	tb.Helper()
 	resp, err := http.Get("http://" + p.http + "/metrics")
 	if err != nil {
-		tb.Fatalf("bridgetrial: %s /metrics: %v", p.node, err)
+		tb.Fatalf("bridgetrial: %s /metrics: %v", p.Node, err)
 	}
 	defer resp.Body.Close()
-	want := fmt.Sprintf(`leasebridge_bridge_forwarded_total{direction="%s",route="%s",session="%s"} `, dir, Route, Session)
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), want); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil {
-				tb.Fatalf("bridgetrial: %s: %q: %v", p.node, sc.Text(), err)
+				tb.Fatalf("bridgetrial: %s: %q: %v", p.Node, sc.Text(), err)
 			}
 			return f
 		}
 	}
-	tb.Fatalf("bridgetrial: %s /metrics has no %s", p.node, want)
+	tb.Fatalf("bridgetrial: %s /metrics has no %s", p.Node, series)
 	return 0
 }

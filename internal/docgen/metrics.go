@@ -28,6 +28,7 @@ func metricsTable() (string, error) {
 	m.TimingMismatches.WithLabelValues("s").Add(0)
 	m.WriteRequests.WithLabelValues("s", "r", "ok").Add(0)
 	m.Bridges.Declare("s", "r")
+	m.TopologySuspect.WithLabelValues("s").Set(0)
 	families, err := reg.Gather()
 	if err != nil {
 		return "", err
