@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasebridge/leasebridge/internal/bridgetrial"
+	"github.com/leasebridge/leasebridge/internal/bridgetest"
 )
 
 // bridgeKind is the LEASEBRIDGE_LAB_KINDS name of the bridge-route
@@ -31,7 +31,7 @@ const bridgeRate = 50
 type bridgeRun struct {
 	N       int
 	Control bool
-	R       bridgetrial.Result
+	R       bridgetest.Result
 	Errs    []string
 }
 
@@ -48,13 +48,13 @@ func bridgeSelected() bool {
 func (l *lab) runBridgeTrials() {
 	for i := 1; i <= bridgeTrials+1; i++ {
 		run := &bridgeRun{N: i, Control: i > bridgeTrials}
-		o := bridgetrial.Options{Etcd: strings.Join(l.etcd.Endpoints(), ", "), KeyPrefix: fmt.Sprintf("/lab-bridge-%d/", i),
+		o := bridgetest.Options{Etcd: strings.Join(l.etcd.Endpoints(), ", "), KeyPrefix: fmt.Sprintf("/lab-bridge-%d/", i),
 			Rate: bridgeRate, Before: 2 * time.Second, After: 2 * time.Second}
 		if run.Control {
 			o.QueueLimit = controlQueue
 		}
 		// A subtest, so that each trial's brokers and processes end with it.
-		l.t.Run(fmt.Sprintf("bridge-%d", i), func(t *testing.T) { run.R = bridgetrial.Run(t, o) })
+		l.t.Run(fmt.Sprintf("bridge-%d", i), func(t *testing.T) { run.R = bridgetest.Run(t, o) })
 		switch {
 		case !run.Control:
 			run.Errs = run.R.Problems()
@@ -75,7 +75,7 @@ func (l *lab) mdBridge(w writef) {
 		return
 	}
 	w("## Bridge route across owner death\n\n")
-	w("A bridge route (`internal/bridgetrial`): a remote and a local mosquitto shared by two\n")
+	w("A bridge route (`internal/bridgetest`): a remote and a local mosquitto shared by two\n")
 	w("`leasebridge run` processes with the lab's timings and etcd, one `out` and one `in` mapping at\n")
 	w("QoS 1, %d messages a second published in each direction with a sequence number in the\n", bridgeRate)
 	w("payload. The owner is SIGKILLed mid-stream; after its successor serves, traffic goes on and\n")

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/leasebridge/leasebridge/failover"
-	"github.com/leasebridge/leasebridge/internal/bridgetrial"
+	"github.com/leasebridge/leasebridge/internal/bridgetest"
 	"github.com/leasebridge/leasebridge/internal/testmqtt"
 	"github.com/leasebridge/leasebridge/lease/etcdembed"
 )
@@ -15,7 +15,7 @@ import (
 // bridgeRate is the issue's traffic: 50 QoS 1 messages a second each way.
 const bridgeRate = 50
 
-func bridgeOptions(t *testing.T) bridgetrial.Options {
+func bridgeOptions(t *testing.T) bridgetest.Options {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -24,7 +24,7 @@ func bridgeOptions(t *testing.T) bridgetrial.Options {
 		t.Fatal(err)
 	}
 	t.Cleanup(etcd.Close)
-	return bridgetrial.Options{Etcd: etcd.Endpoints[0], KeyPrefix: "/bridge-test/", Rate: bridgeRate,
+	return bridgetest.Options{Etcd: etcd.Endpoints[0], KeyPrefix: "/bridge-test/", Rate: bridgeRate,
 		Before: 2 * time.Second, After: 2 * time.Second}
 }
 
@@ -35,7 +35,7 @@ func bridgeOptions(t *testing.T) bridgetrial.Options {
 // the takeover is within the admitted owner-death budget; the successor
 // counts what it forwarded in leasebridge_bridge_forwarded_total.
 func TestRunBridgeRouteOwnerDeath(t *testing.T) {
-	r := bridgetrial.Run(t, bridgeOptions(t))
+	r := bridgetest.Run(t, bridgeOptions(t))
 	for _, p := range r.Problems() {
 		t.Error(p)
 	}
@@ -50,7 +50,7 @@ func TestRunBridgeRouteOwnerDeath(t *testing.T) {
 func TestRunBridgeRouteQueueTooSmallLoses(t *testing.T) {
 	o := bridgeOptions(t)
 	o.QueueLimit = 10
-	r := bridgetrial.Run(t, o)
+	r := bridgetest.Run(t, o)
 	// The gap lasts at least lease_ttl (2s): about 100 messages each way
 	// against a queue of 10 plus mosquitto's in-flight window of 20.
 	if r.In.Lost == 0 || r.Out.Lost == 0 {
@@ -68,22 +68,22 @@ func TestRunBridgeTopologyPerNodeBrokerSuspect(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	o := bridgeOptions(t)
-	budget := bridgetrial.Budget(t, o)
+	budget := bridgetest.Budget(t, o)
 	remote := testmqtt.StartMosquitto(t, testmqtt.MosquittoConfig{})
 	shared := testmqtt.StartMosquitto(t, testmqtt.MosquittoConfig{})
 	own := testmqtt.StartMosquitto(t, testmqtt.MosquittoConfig{})
 	dir := t.TempDir()
-	a := bridgetrial.Start(t, o, dir, "node-a", shared.URL, remote.URL)
-	if err := a.Wait(ctx, budget, bridgetrial.Owning); err != nil {
+	a := bridgetest.Start(t, o, dir, "node-a", shared.URL, remote.URL)
+	if err := a.Wait(ctx, budget, bridgetest.Owning); err != nil {
 		t.Fatal(err)
 	}
-	c := bridgetrial.Start(t, o, dir, "node-c", shared.URL, remote.URL)
-	if err := c.Wait(ctx, budget, bridgetrial.Standing); err != nil {
+	c := bridgetest.Start(t, o, dir, "node-c", shared.URL, remote.URL)
+	if err := c.Wait(ctx, budget, bridgetest.Standing); err != nil {
 		t.Fatal(err)
 	}
 	// c has judged its broker at least once by then.
 	cJudged := time.Now().Add(budget + time.Second)
-	b := bridgetrial.Start(t, o, dir, "node-b", own.URL, remote.URL)
+	b := bridgetest.Start(t, o, dir, "node-b", own.URL, remote.URL)
 	suspect := func(s failover.SessionStatus) bool { return s.BrokerTopologySuspect != "" }
 	if err := b.Wait(ctx, 2*budget, suspect); err != nil {
 		t.Fatalf("per-node broker not detected: %v", err)
@@ -98,7 +98,7 @@ func TestRunBridgeTopologyPerNodeBrokerSuspect(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	series := `leasebridge_broker_topology_suspect{session="` + bridgetrial.Session + `"}`
+	series := `leasebridge_broker_topology_suspect{session="` + bridgetest.Session + `"}`
 	if v := b.Metric(t, series); v != 1 {
 		t.Errorf("node-b %s = %g, want 1", series, v)
 	}

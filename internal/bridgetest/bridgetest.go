@@ -1,10 +1,10 @@
-// Package bridgetrial runs one bridge route across an owner death with
+// Package bridgetest runs one bridge route across an owner death with
 // real processes: a remote and a local mosquitto shared by two `leasebridge
 // run` processes (the shared-broker topology), QoS 1 traffic with sequence
 // numbers in each direction, and the owner SIGKILLed mid-stream. It
 // reports what each direction sent, lost and received twice. The process
 // test (cmd/leasebridge) and the failover lab (lab/) use it.
-package bridgetrial
+package bridgetest
 
 import (
 	"bufio"
@@ -133,13 +133,13 @@ routes:
 func Budget(tb testing.TB, o Options) time.Duration {
 	tb.Helper()
 	y := config(o, "n", "127.0.0.1:1", "tcp://127.0.0.1:1", "tcp://127.0.0.1:2")
-	cfg, err := routes.Parse("bridgetrial.yaml", []byte(y))
+	cfg, err := routes.Parse("bridgetest.yaml", []byte(y))
 	if err != nil {
 		tb.Fatal(err)
 	}
 	reps := cfg.Admit()
 	if len(reps) != 1 || !reps[0].Admitted() {
-		tb.Fatalf("bridgetrial: configuration not admitted: %+v", reps)
+		tb.Fatalf("bridgetest: configuration not admitted: %+v", reps)
 	}
 	return reps[0].OwnerDeath.Total
 }
@@ -162,11 +162,11 @@ func Run(tb testing.TB, o Options) Result {
 	dir := tb.TempDir()
 	a := Start(tb, o, dir, "bridge-a", local.URL, remote.URL)
 	if err := a.Wait(ctx, r.Budget, Owning); err != nil {
-		tb.Fatalf("bridgetrial: first owner: %v", err)
+		tb.Fatalf("bridgetest: first owner: %v", err)
 	}
 	b := Start(tb, o, dir, "bridge-b", local.URL, remote.URL)
 	if err := b.Wait(ctx, r.Budget, Standing); err != nil {
-		tb.Fatalf("bridgetrial: standby: %v", err)
+		tb.Fatalf("bridgetest: standby: %v", err)
 	}
 	r.Owner, r.Successor = a.Node, b.Node
 
@@ -178,10 +178,10 @@ func Run(tb testing.TB, o Options) Result {
 	}
 	// Traffic flows through the first owner before the kill.
 	if err := in.waitReceived(ctx, 1, r.Budget); err != nil {
-		tb.Fatalf("bridgetrial: in before the kill: %v", err)
+		tb.Fatalf("bridgetest: in before the kill: %v", err)
 	}
 	if err := out.waitReceived(ctx, 1, r.Budget); err != nil {
-		tb.Fatalf("bridgetrial: out before the kill: %v", err)
+		tb.Fatalf("bridgetest: out before the kill: %v", err)
 	}
 	sleep(ctx, o.Before)
 	if err := a.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
@@ -189,7 +189,7 @@ func Run(tb testing.TB, o Options) Result {
 	}
 	killed := time.Now()
 	if err := b.Wait(ctx, 2*r.Budget, Owning); err != nil {
-		tb.Fatalf("bridgetrial: successor: %v", err)
+		tb.Fatalf("bridgetest: successor: %v", err)
 	}
 	r.Takeover = time.Since(killed)
 	sleep(ctx, o.After)
@@ -199,7 +199,7 @@ func Run(tb testing.TB, o Options) Result {
 	// number arriving ends the drain; what is missing then is lost.
 	for _, s := range []*stream{in, out} {
 		if err := s.waitLast(ctx, r.Budget); err != nil {
-			tb.Fatalf("bridgetrial: %s after the takeover: %v", s.name, err)
+			tb.Fatalf("bridgetest: %s after the takeover: %v", s.name, err)
 		}
 	}
 	r.In, r.Out = in.tally(), out.tally()
@@ -233,7 +233,7 @@ func connect(tb testing.TB, url, id string) paho.Client {
 	tb.Helper()
 	c := paho.NewClient(paho.NewClientOptions().AddBroker(url).SetClientID(id).SetCleanSession(true))
 	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		tb.Fatalf("bridgetrial: %s connect %s: %v", id, url, tok.Error())
+		tb.Fatalf("bridgetest: %s connect %s: %v", id, url, tok.Error())
 	}
 	tb.Cleanup(func() { c.Disconnect(100) })
 	return c
@@ -257,7 +257,7 @@ func newStream(tb testing.TB, srcURL, dstURL, src, dst, name string) *stream {
 		}
 	})
 	if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		tb.Fatalf("bridgetrial: subscribe %s: %v", dst, tok.Error())
+		tb.Fatalf("bridgetest: subscribe %s: %v", dst, tok.Error())
 	}
 	return s
 }
@@ -270,7 +270,7 @@ func (s *stream) publish(tb testing.TB, rate float64, stop <-chan struct{}) {
 	for n := 1; ; n++ {
 		tok := s.pub.Publish(s.src, 1, false, strconv.Itoa(n))
 		if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-			tb.Errorf("bridgetrial: publish %s %d: %v", s.src, n, tok.Error())
+			tb.Errorf("bridgetest: publish %s %d: %v", s.src, n, tok.Error())
 			return
 		}
 		s.mu.Lock()
@@ -430,7 +430,7 @@ func (p *Proc) Metric(tb testing.TB, series string) float64 {
 	tb.Helper()
 	resp, err := http.Get("http://" + p.http + "/metrics")
 	if err != nil {
-		tb.Fatalf("bridgetrial: %s /metrics: %v", p.Node, err)
+		tb.Fatalf("bridgetest: %s /metrics: %v", p.Node, err)
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
@@ -438,11 +438,11 @@ func (p *Proc) Metric(tb testing.TB, series string) float64 {
 		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil {
-				tb.Fatalf("bridgetrial: %s: %q: %v", p.Node, sc.Text(), err)
+				tb.Fatalf("bridgetest: %s: %q: %v", p.Node, sc.Text(), err)
 			}
 			return f
 		}
 	}
-	tb.Fatalf("bridgetrial: %s /metrics has no %s", p.Node, series)
+	tb.Fatalf("bridgetest: %s /metrics has no %s", p.Node, series)
 	return 0
 }
