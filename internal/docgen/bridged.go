@@ -36,5 +36,6 @@ func bridgedData(profiles ...report.Profile) ([]byte, error) {
 		"Queues":           rows,
 		"MosquittoDefault": mosquittoDefaultQueue,
 		"MosquittoCover":   admission.FormatSeconds(cover),
+		"WatchPrefix":      mqtt.WatchClientIDPrefix,
 	})
 }
