@@ -481,6 +481,7 @@ func (d *decoder) device(n *yaml.Node, v reflect.Value, path string) {
 		dev.Settings = k.Settings()
 		sv, own = reflect.ValueOf(dev.Settings).Elem(), k.settingsKeys()
 	}
+	var known map[string][]int // for did-you-mean, built at the first unknown key
 	for _, i := range rest {
 		key, val := n.Content[i], n.Content[i+1]
 		p := join(path, key.Value)
@@ -493,7 +494,10 @@ func (d *decoder) device(n *yaml.Node, v reflect.Value, path string) {
 			d.errorf(key, p, "%s", msg)
 			continue
 		}
-		d.errorf(key, p, "unknown key %q%s", key.Value, suggest(key.Value, kindKeys(k)))
+		if known == nil {
+			known = kindKeys(k)
+		}
+		d.errorf(key, p, "unknown key %q%s", key.Value, suggest(key.Value, known))
 	}
 }
 
