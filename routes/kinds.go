@@ -35,9 +35,12 @@ type DeviceKind struct {
 	// Check reports the kind's problems of d, written at path
 	// (devices.<name>), with c.ErrorAt; may be nil.
 	Check func(c *Config, path string, d *Device) Errors
-	// CheckTag reports the kind's problems of a tag that passed the
-	// common tag rules; may be nil.
+	// CheckTag reports the kind's problems of a tag; may be nil.
 	CheckTag func(c *Config, path string, d *Device, t *Tag) Errors
+	// WholeTag says CheckTag parses the whole tag (its type, length and
+	// scale too), as the transport will: it then runs only on a tag that
+	// passed the common rules, so one problem gives one error.
+	WholeTag bool
 	// Endpoint is the device's exclusive endpoint (see Device.Endpoint).
 	Endpoint func(d *Device) (Endpoint, error)
 	// ActivationBound and CloseBound override the common bounds

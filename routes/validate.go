@@ -282,8 +282,8 @@ func (c *Config) checkDevice(path string, d *Device) Errors {
 	return errs
 }
 
-// checkTag applies the rules common to every tag, then, to a tag that
-// passes them, its kind's.
+// checkTag applies the rules common to every tag, then its kind's (only
+// to a tag that passed them when the kind checks the whole tag).
 func (c *Config) checkTag(path string, d *Device, k *DeviceKind, t *Tag) Errors {
 	var errs Errors
 	add := func(p, format string, args ...any) { errs = append(errs, c.errAt(p, format, args...)) }
@@ -305,8 +305,8 @@ func (c *Config) checkTag(path string, d *Device, k *DeviceKind, t *Tag) Errors 
 		add(path+".deadband", "deadband must be >= 0")
 	}
 	errs = append(errs, c.checkForeignKeys(path, k, true)...)
-	if len(errs) == 0 && k.CheckTag != nil {
-		errs = k.CheckTag(c, path, d, t)
+	if k.CheckTag != nil && (len(errs) == 0 || !k.WholeTag) {
+		errs = append(errs, k.CheckTag(c, path, d, t)...)
 	}
 	return errs
 }

@@ -31,6 +31,7 @@ func init() {
 		Settings: func() any { return &Config{} },
 		Check:    checkDevice,
 		CheckTag: checkTag,
+		WholeTag: true,
 		Endpoint: endpoint,
 		Doc:      "A Siemens S7 PLC over ISO-on-TCP: `address` is host:port (port " + DefaultPort + " when omitted); tag addresses are TIA addresses such as DB1.DBW10.",
 	})
