@@ -160,12 +160,15 @@ func (b *Broker) ActivationBound() time.Duration {
 func (b *Broker) CloseBound() time.Duration { return b.CloseTimeout.D() }
 
 // ActivationBound is the device transport's activation bound: its kind's,
-// or by default one connect and the first successful read.
+// or by default one connect and the first successful read. A transport
+// discloses this value (Preflight refuses one that does not), with the
+// defaults of Timeouts for a Device built in code.
 func (d *Device) ActivationBound() time.Duration {
 	if k := LookupKind(d.Kind); k != nil && k.ActivationBound != nil {
 		return k.ActivationBound(d)
 	}
-	return d.ConnectTimeout.D() + d.RequestTimeout.D()
+	connect, request, _ := d.Timeouts()
+	return connect + request
 }
 
 // CloseBound is the longest the device transport's close may take: its
@@ -174,7 +177,8 @@ func (d *Device) CloseBound() time.Duration {
 	if k := LookupKind(d.Kind); k != nil && k.CloseBound != nil {
 		return k.CloseBound(d)
 	}
-	return d.CloseTimeout.D()
+	_, _, closing := d.Timeouts()
+	return closing
 }
 
 // DefaultValues reports the default of every optional key, by key path with
