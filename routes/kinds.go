@@ -55,6 +55,9 @@ type DeviceKind struct {
 var (
 	kindsMu  sync.RWMutex
 	kindsReg = map[string]*DeviceKind{}
+	// specific are the Device keys (false) and Tag keys (true) some
+	// registered kind claims, kept with the registry.
+	specific = map[bool][]string{}
 )
 
 // RegisterKind makes a device kind known to the configuration; transport
@@ -70,6 +73,13 @@ func RegisterKind(k DeviceKind) {
 		panic(fmt.Sprintf("routes: device kind %q registered twice", k.Name))
 	}
 	kindsReg[k.Name] = &k
+	for _, tag := range []bool{false, true} {
+		list := k.Keys
+		if tag {
+			list = k.TagKeys
+		}
+		specific[tag] = slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(specific[tag]), list...))))
+	}
 }
 
 // LookupKind returns the registered kind named name, or nil.
@@ -132,21 +142,12 @@ func foreignKey(key, kind string, tag bool) string {
 	return fmt.Sprintf("%s is a %s %s, not %s", key, strings.Join(owners, "/"), what, kind)
 }
 
-// kindSpecific are the Device and Tag keys some registered kind claims;
+// kindSpecific are the Device or Tag keys some registered kind claims;
 // every other key of Device and Tag is common to all kinds.
 func kindSpecific(tag bool) []string {
-	seen := map[string]bool{}
-	for _, name := range Kinds() {
-		k := LookupKind(name)
-		list := k.Keys
-		if tag {
-			list = k.TagKeys
-		}
-		for _, key := range list {
-			seen[key] = true
-		}
-	}
-	return sortedKeys(seen)
+	kindsMu.RLock()
+	defer kindsMu.RUnlock()
+	return specific[tag]
 }
 
 // checkForeignKeys refuses a written key of the device, or of its tag at
