@@ -481,7 +481,9 @@ func (d *decoder) device(n *yaml.Node, v reflect.Value, path string) {
 		dev.Settings = k.Settings()
 		sv, own = reflect.ValueOf(dev.Settings).Elem(), k.settingsKeys()
 	}
-	var known map[string][]int // for did-you-mean, built at the first unknown key
+	// For did-you-mean, built at the first unknown key: the keys of this
+	// kind and of the others.
+	var known, others map[string][]int
 	for _, i := range rest {
 		key, val := n.Content[i], n.Content[i+1]
 		p := join(path, key.Value)
@@ -495,9 +497,13 @@ func (d *decoder) device(n *yaml.Node, v reflect.Value, path string) {
 			continue
 		}
 		if known == nil {
-			known = kindKeys(k)
+			known, others = kindKeys(k), otherKindsKeys(k)
 		}
-		d.errorf(key, p, "unknown key %q%s", key.Value, suggest(key.Value, known))
+		hint := suggest(key.Value, known)
+		if other := closest(key.Value, others); hint == "" && other != "" && k != nil {
+			hint = fmt.Sprintf(" (did you mean %q? %s)", other, foreignKey(other, dev.Kind, false))
+		}
+		d.errorf(key, p, "unknown key %q%s", key.Value, hint)
 	}
 }
 
@@ -569,6 +575,15 @@ func (d *decoder) sequence(n *yaml.Node, v reflect.Value, path string) {
 
 // suggest proposes the known key closest to a misspelt one.
 func suggest(key string, known map[string][]int) string {
+	best := closest(key, known)
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %q?)", best)
+}
+
+// closest is the known key within a small edit distance of key, or "".
+func closest(key string, known map[string][]int) string {
 	const maxDist = 3
 	best, bestD := "", maxDist
 	for k := range known {
@@ -581,10 +596,7 @@ func suggest(key string, known map[string][]int) string {
 			best, bestD = k, dd
 		}
 	}
-	if best == "" {
-		return ""
-	}
-	return fmt.Sprintf(" (did you mean %q?)", best)
+	return best
 }
 
 func abs(n int) int {

@@ -139,7 +139,29 @@ func foreignKey(key, kind string, tag bool) string {
 	if tag {
 		what = "tag key"
 	}
-	return fmt.Sprintf("%s is a %s %s, not %s", key, strings.Join(owners, "/"), what, kind)
+	article := "a"
+	if strings.ContainsRune("aeiou", rune(owners[0][0])) {
+		article = "an"
+	}
+	return fmt.Sprintf("%s is %s %s %s, not %s", key, article, strings.Join(owners, "/"), what, kind)
+}
+
+// otherKindsKeys are the device keys of the registered kinds other than k.
+func otherKindsKeys(k *DeviceKind) map[string][]int {
+	out := map[string][]int{}
+	for _, name := range Kinds() {
+		o := LookupKind(name)
+		if k != nil && name == k.Name {
+			continue
+		}
+		for _, key := range o.Keys {
+			out[key] = nil
+		}
+		for key := range o.settingsKeys() {
+			out[key] = nil
+		}
+	}
+	return out
 }
 
 // kindSpecific are the Device or Tag keys some registered kind claims;

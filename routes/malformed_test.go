@@ -199,6 +199,6 @@ func TestKeysOfAnotherKindAreRefused(t *testing.T) {
 	// A modbus device suggests no key of another kind.
 	wantErrors(t, strings.Replace(base, "    kind: modbus_tcp\n", "    kind: modbus_tcp\n    security_policy: None\n    unit_di: 2\n", 1)+
 		"routes:\n  - {name: r, session: s, kind: poll, device: plc, broker: local}\n",
-		`cfg.yaml:12:5: devices.plc.security_policy: security_policy is a opcua key, not modbus_tcp`,
+		`cfg.yaml:12:5: devices.plc.security_policy: security_policy is an opcua key, not modbus_tcp`,
 		`cfg.yaml:13:5: devices.plc.unit_di: unknown key "unit_di" (did you mean "unit_id"?)`)
 }

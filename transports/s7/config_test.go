@@ -68,24 +68,27 @@ func TestConfigDecodesRackAndSlot(t *testing.T) {
 // the kinds it belongs to, at the key's position.
 func TestOtherKindsKeysAreRefused(t *testing.T) {
 	for _, c := range []struct{ key, value, owners string }{
-		{"unit_id", "1", "modbus_rtu/modbus_tcp key"},
-		{"byte_order", "ABCD", "modbus_rtu/modbus_tcp key"},
-		{"merge_requests", "true", "modbus_rtu/modbus_tcp key"},
-		{"serial", "{parity: N}", "modbus_rtu key"},
-		{"security_policy", "None", "opcua key"},
-		{"username", "op", "opcua key"},
+		{"unit_id", "1", " modbus_rtu/modbus_tcp key"},
+		{"byte_order", "ABCD", " modbus_rtu/modbus_tcp key"},
+		{"merge_requests", "true", " modbus_rtu/modbus_tcp key"},
+		{"serial", "{parity: N}", " modbus_rtu key"},
+		{"security_policy", "None", "n opcua key"},
+		{"username", "op", "n opcua key"},
 	} {
 		y := cfgBase + "  plc:\n    kind: s7\n    address: 10.0.0.1\n    " + c.key + ": " + c.value + "\n" + cfgRoute
-		wantOnly(t, y, fmt.Sprintf("cfg.yaml:10:5: devices.plc.%s: %s is a %s, not s7", c.key, c.key, c.owners))
+		wantOnly(t, y, fmt.Sprintf("cfg.yaml:10:5: devices.plc.%s: %s is a%s, not s7", c.key, c.key, c.owners))
 	}
 	// A tag key of another kind, and one of this kind on another kind.
 	wantOnly(t, cfgBase+"  plc: {kind: s7, address: 10.0.0.1, groups: [{name: g, tags: [{name: x, address: MW0, type: int16, register: holding}]}]}\n"+cfgRoute,
 		"cfg.yaml:7:101: devices.plc.groups[0].tags[0].register: register is a modbus_rtu/modbus_tcp tag key, not s7")
 	wantOnly(t, cfgBase+"  plc: {kind: modbus_tcp, address: 10.0.0.1, slot: 1}\n"+cfgRoute,
 		"cfg.yaml:7:46: devices.plc.slot: slot is a s7 key, not modbus_tcp")
-	// A misspelt key of the kind's own is suggested.
+	// A misspelt key of the kind's own is suggested; one of another kind
+	// is suggested with whose it is.
 	wantOnly(t, cfgBase+"  plc: {kind: s7, address: 10.0.0.1, solt: 1}\n"+cfgRoute,
 		`cfg.yaml:7:38: devices.plc.solt: unknown key "solt" (did you mean "slot"?)`)
+	wantOnly(t, cfgBase+"  plc: {kind: s7, address: 10.0.0.1, securty_policy: None}\n"+cfgRoute,
+		`cfg.yaml:7:38: devices.plc.securty_policy: unknown key "securty_policy" (did you mean "security_policy"? security_policy is an opcua key, not s7)`)
 }
 
 func TestConfigValidationHasPositions(t *testing.T) {
