@@ -23,6 +23,9 @@ import (
 	"github.com/leasebridge/leasebridge/lease/etcdembed"
 	"github.com/leasebridge/leasebridge/routes"
 	"github.com/leasebridge/leasebridge/transports/tagvalue"
+
+	// The device kinds document their own keys.
+	_ "github.com/leasebridge/leasebridge/transports/all"
 )
 
 //go:embed bridged-data.md.tmpl
