@@ -450,10 +450,7 @@ func TestBlackhole(t *testing.T) {
 	if _, err := r.tr.Poll(context.Background(), "g"); !errors.Is(err, ErrTimeout) {
 		t.Fatalf("poll through a blackhole: %v, want ErrTimeout", err)
 	}
-	r.tr.mu.Lock()
-	kept := r.tr.link != nil
-	r.tr.mu.Unlock()
-	if kept {
+	if r.tr.Connected() {
 		t.Fatal("the timed-out connection was kept for reuse")
 	}
 	if err := r.proxy.SetMode(faultproxy.Pass); err != nil {

@@ -18,7 +18,6 @@ import (
 	"net"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/goburrow/modbus"
@@ -110,8 +109,11 @@ type group struct {
 }
 
 // Transport is one Modbus device connection. Its methods are safe for
-// concurrent use; device I/O is serialized.
+// concurrent use; device I/O is serialized: RTU allows one frame on the
+// line at a time and a TCP reply is only trusted for the one request in
+// flight. The embedded Conn holds the connection's owner-bound lifecycle.
 type Transport struct {
+	*transports.Conn[*mconn]
 	name    string
 	kind    string
 	address string
@@ -119,34 +121,19 @@ type Transport struct {
 	serial  routes.Serial
 	merge   bool
 
-	connectTimeout, requestTimeout, closeTimeout time.Duration
-
 	groups map[string]*group
 	tags   map[string]*tag
 	first  *request // the read that proves activation; nil without tags
 
-	// io serializes requests: RTU allows one frame on the line at a time and
-	// a TCP reply is only trusted for the one request in flight.
-	io sync.Mutex
-
-	// mu guards the fields below; it is never held during I/O, so the owner
-	// context can close the connection while a request is in flight.
-	mu        sync.Mutex
-	link      link
-	client    modbus.Client
-	owner     context.Context
-	stopOwner func() bool
-	closed    bool
-	// life ends when the transport closes; it cancels a dial in progress
-	// so Close leaves no connection being made behind it.
-	life    context.Context
-	endLife context.CancelFunc
-	state   transports.State
-	watch   *watch // the context of the latest request, see watchFor
-
 	// dial opens a connection; tests replace it to reach an in-memory
 	// serial line.
 	dial func(ctx context.Context) (link, error)
+}
+
+// mconn is one open connection and the goburrow client framing on it.
+type mconn struct {
+	l link
+	c modbus.Client
 }
 
 // New builds a transport for a modbus_tcp or modbus_rtu device, checking
@@ -163,10 +150,7 @@ func New(name string, dev *routes.Device) (*Transport, error) {
 		merge:   dev.MergeRequests == nil || *dev.MergeRequests,
 		groups:  map[string]*group{},
 		tags:    map[string]*tag{},
-		state:   transports.State{Since: time.Now(), Err: ErrNotOpen},
 	}
-	t.connectTimeout, t.requestTimeout, t.closeTimeout = dev.Timeouts()
-	t.life, t.endLife = context.WithCancel(context.Background())
 	switch dev.Kind {
 	case routes.KindModbusTCP:
 		if _, _, err := net.SplitHostPort(dev.Address); err != nil && dev.Address != "" && !strings.Contains(dev.Address, ":") {
@@ -231,41 +215,16 @@ func New(name string, dev *routes.Device) (*Transport, error) {
 		}
 		t.groups[g.name] = g
 	}
+	connect, request, closing := dev.Timeouts()
+	t.Conn = transports.NewConn(transports.ConnConfig[*mconn]{
+		Name: name, Where: t.address,
+		ConnectTimeout: connect, RequestTimeout: request, CloseTimeout: closing,
+		Errors: transports.ConnErrors{Closed: ErrClosed, NotOpen: ErrNotOpen, Config: ErrConfig,
+			Connect: ErrConnect, Timeout: ErrTimeout, IO: ErrIO},
+		Dial:   t.connect,
+		Hangup: func(c *mconn) { _ = c.l.close() },
+	})
 	return t, nil
-}
-
-// Name identifies the transport.
-func (t *Transport) Name() string { return t.name }
-
-// ActivationBound is connect_timeout plus request_timeout: one connect and
-// the first read.
-func (t *Transport) ActivationBound() time.Duration { return t.connectTimeout + t.requestTimeout }
-
-// CloseBound is close_timeout. Closing a socket or a port does not wait for
-// the device, so Close returns well within it.
-func (t *Transport) CloseBound() time.Duration { return t.closeTimeout }
-
-// State reports whether the connection is up and its last request
-// succeeded (an exception reply counts: the device answered).
-func (t *Transport) State() transports.State {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.state
-}
-
-func (t *Transport) setState(ok bool, err error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		// Closing set the final state; a request it interrupted must not
-		// overwrite the reason.
-		return
-	}
-	t.setStateLocked(ok, err)
-}
-
-func (t *Transport) setStateLocked(ok bool, err error) {
-	t.state = t.state.Next(ok, err)
 }
 
 // Open connects and reads the first request of the first poll group,
@@ -273,184 +232,25 @@ func (t *Transport) setStateLocked(ok bool, err error) {
 // every reconnection after it, lives only while ctx does, and ends at once
 // when ctx is cancelled.
 func (t *Transport) Open(ctx context.Context) error {
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		return fmt.Errorf("%w: device %q", ErrClosed, t.name)
-	}
-	if t.owner != nil {
-		t.mu.Unlock()
-		return fmt.Errorf("%w: device %q: opened twice", ErrConfig, t.name)
-	}
-	t.owner = ctx
-	t.stopOwner = context.AfterFunc(ctx, func() {
-		t.shut(fmt.Errorf("%w: device %q: owner context ended: %w", ErrClosed, t.name, context.Cause(ctx)))
-	})
-	t.mu.Unlock()
-
-	actx, cancel := context.WithTimeout(ctx, t.ActivationBound())
-	defer cancel()
-	t.io.Lock()
-	defer t.io.Unlock()
-	if _, _, _, err := t.connected(actx); err != nil {
-		return err
-	}
-	if t.first == nil {
-		return nil
-	}
-	if _, err := t.read(actx, t.first.table, t.first.start, t.first.count); err != nil && !errors.Is(err, ErrException) {
-		return fmt.Errorf("device %q: first read of %s %d+%d: %w", t.name, t.first.table, t.first.start, t.first.count, err)
-	}
-	return nil
-}
-
-// shut closes the transport for good.
-func (t *Transport) shut(reason error) {
-	t.mu.Lock()
-	t.closed = true
-	t.endLife()
-	l, w := t.link, t.watch
-	t.link, t.client, t.watch = nil, nil, nil
-	t.setStateLocked(false, reason)
-	t.mu.Unlock()
-	if l != nil {
-		_ = l.close()
-	}
-	w.stopWatching()
-}
-
-// watch closes the link of the request in flight when the context the
-// requests run under ends. It stays registered on that context from one
-// request to the next (a poller polls under one context for as long as it
-// runs): an AfterFunc registered per request cost more than the rest of
-// the request's bookkeeping together.
-type watch struct {
-	done <-chan struct{} // the context's Done, which identifies it
-	ctx  context.Context
-	stop func() bool
-
-	mu   sync.Mutex
-	busy link // the link of the request in flight, nil between requests
-}
-
-// watchFor returns the watch of ctx, replacing that of an earlier
-// context; nil when ctx never ends. The caller holds t.io.
-func (t *Transport) watchFor(ctx context.Context) *watch {
-	done := ctx.Done()
-	if done == nil {
-		return nil
-	}
-	t.mu.Lock()
-	old := t.watch
-	if old != nil && old.done == done {
-		t.mu.Unlock()
-		return old
-	}
-	t.mu.Unlock()
-	w := &watch{done: done, ctx: ctx}
-	w.stop = context.AfterFunc(ctx, w.interrupt)
-	t.mu.Lock()
-	if t.closed {
-		// Close ran meanwhile: keep nothing registered behind it.
-		t.mu.Unlock()
-		w.stopWatching()
-		return w
-	}
-	t.watch = w
-	t.mu.Unlock()
-	old.stopWatching()
-	return w
-}
-
-// begin marks a request on l in flight; false means the context has
-// ended and the request must not be sent.
-func (w *watch) begin(l link) bool {
-	if w == nil {
-		return true
-	}
-	w.mu.Lock()
-	w.busy = l
-	w.mu.Unlock()
-	// Err is set before the AfterFunc runs: either the context ended
-	// before busy was set and this sees it, or interrupt sees busy.
-	if w.ctx.Err() != nil {
-		w.end()
-		return false
-	}
-	return true
-}
-
-// end marks the request finished.
-func (w *watch) end() {
-	if w == nil {
-		return
-	}
-	w.mu.Lock()
-	w.busy = nil
-	w.mu.Unlock()
-}
-
-// interrupt runs when the context ends.
-func (w *watch) interrupt() {
-	w.mu.Lock()
-	l := w.busy
-	w.mu.Unlock()
-	if l != nil {
-		_ = l.close()
-	}
-}
-
-func (w *watch) stopWatching() {
-	if w != nil {
-		w.stop()
-	}
-}
-
-// Close closes the connection; it interrupts a request in flight rather
-// than waiting for it, so it returns within CloseBound.
-func (t *Transport) Close(ctx context.Context) error {
-	t.mu.Lock()
-	stop := t.stopOwner
-	t.mu.Unlock()
-	if stop != nil {
-		stop()
-	}
-	t.shut(fmt.Errorf("%w: device %q", ErrClosed, t.name))
-	return nil
-}
-
-// connected returns the live connection and the owner context, dialling
-// a connection under ctx and the owner context if there is none. The
-// caller holds t.io.
-func (t *Transport) connected(ctx context.Context) (link, modbus.Client, context.Context, error) {
-	t.mu.Lock()
-	owner, closed, l, c := t.owner, t.closed, t.link, t.client
-	t.mu.Unlock()
-	switch {
-	case closed:
-		return nil, nil, nil, fmt.Errorf("%w: device %q", ErrClosed, t.name)
-	case owner == nil:
-		return nil, nil, nil, fmt.Errorf("%w: device %q", ErrNotOpen, t.name)
-	case l != nil:
-		return l, c, owner, nil
-	}
-	if err := transports.GuardRequest(ctx, owner); err != nil {
-		return nil, nil, nil, fmt.Errorf("device %q: connect: %w", t.name, err)
-	}
-	dctx, cancel := context.WithTimeout(ctx, t.connectTimeout)
-	defer cancel()
-	stopLife := context.AfterFunc(t.life, cancel)
-	defer stopLife()
-	stop := context.AfterFunc(owner, cancel)
-	defer stop()
-	l, err := t.dial(dctx)
-	if err != nil {
-		if ctx.Err() != nil {
-			err = fmt.Errorf("%w (%w)", err, context.Cause(ctx))
+	return t.Conn.Open(ctx, func(actx context.Context) error {
+		if _, _, err := t.Current(actx); err != nil {
+			return err
 		}
-		err = fmt.Errorf("%w: device %q at %s: %w", ErrConnect, t.name, t.address, err)
-		t.setState(false, err)
-		return nil, nil, nil, err
+		if t.first == nil {
+			return nil
+		}
+		if _, err := t.read(actx, t.first.table, t.first.start, t.first.count); err != nil && !errors.Is(err, ErrException) {
+			return fmt.Errorf("device %q: first read of %s %d+%d: %w", t.name, t.first.table, t.first.start, t.first.count, err)
+		}
+		return nil
+	})
+}
+
+// connect dials a link and puts a goburrow client on it.
+func (t *Transport) connect(ctx context.Context) (*mconn, error) {
+	l, err := t.dial(ctx)
+	if err != nil {
+		return nil, err
 	}
 	var pk modbus.Packager
 	if t.kind == routes.KindModbusRTU {
@@ -462,17 +262,7 @@ func (t *Transport) connected(ctx context.Context) (link, modbus.Client, context
 		h.SlaveId = t.unit
 		pk = h
 	}
-	c = modbus.NewClient2(pk, l)
-	t.mu.Lock()
-	if t.closed {
-		// The owner context ended while dialling.
-		t.mu.Unlock()
-		_ = l.close()
-		return nil, nil, nil, fmt.Errorf("%w: device %q", ErrClosed, t.name)
-	}
-	t.link, t.client = l, c
-	t.mu.Unlock()
-	return l, c, owner, nil
+	return &mconn{l: l, c: modbus.NewClient2(pk, l)}, nil
 }
 
 func (t *Transport) dialTCP(ctx context.Context) (link, error) {
@@ -533,66 +323,35 @@ func (o op) String() string {
 
 // exchange runs one request on the connection, bounded by request_timeout
 // and ctx. Any failure but an exception reply closes the connection so the
-// next request starts on a fresh one. The caller holds t.io.
+// next request starts on a fresh one. The caller holds the Conn's Lock.
 func (t *Transport) exchange(ctx context.Context, what op, fn func(modbus.Client) ([]byte, error)) ([]byte, error) {
-	l, c, owner, err := t.connected(ctx)
+	mc, _, err := t.Current(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if err := transports.GuardRequest(ctx, owner); err != nil {
-		// Nothing went on the wire; the connection is as good as before.
-		return nil, fmt.Errorf("device %q: %s: %w", t.name, what, err)
-	}
-	deadline := time.Now().Add(t.requestTimeout)
+	deadline := time.Now().Add(t.RequestTimeout())
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	l.setDeadline(deadline)
-	// Ending ctx interrupts the request: its watch closes l.
-	w := t.watchFor(ctx)
-	if !w.begin(l) {
-		// ctx ended already: nothing goes on the wire.
-		return nil, fmt.Errorf("device %q: %s: %w", t.name, what, context.Cause(ctx))
+	mc.l.setDeadline(deadline)
+	// Ending ctx interrupts the request: Begin closes the link.
+	end, err := t.Begin(ctx, mc, what.String())
+	if err != nil {
+		return nil, err
 	}
-	res, err := fn(c)
-	w.end()
+	res, err := fn(mc.c)
+	end()
 	if err == nil {
-		t.setState(true, nil)
+		t.SetState(true, nil)
 		return res, nil
 	}
 	var mbe *modbus.ModbusError
 	if errors.As(err, &mbe) {
-		t.setState(true, nil)
+		t.SetState(true, nil)
 		return nil, fmt.Errorf("%s: %w", what, &ExceptionError{Function: mbe.FunctionCode, Code: mbe.ExceptionCode})
 	}
-	t.drop(l)
-	t.mu.Lock()
-	closed := t.closed
-	t.mu.Unlock()
-	switch {
-	case closed:
-		err = fmt.Errorf("%w: device %q: %s interrupted: %w", ErrClosed, t.name, what, err)
-	case ctx.Err() != nil:
-		err = fmt.Errorf("device %q: %s: %w", t.name, what, context.Cause(ctx))
-	case !time.Now().Before(deadline) || errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, serial.ErrTimeout):
-		err = fmt.Errorf("%w: device %q at %s: %s: no reply within %v", ErrTimeout, t.name, t.address, what, t.requestTimeout)
-	case errors.Is(err, ErrFrame):
-		err = fmt.Errorf("device %q at %s: %s: %w", t.name, t.address, what, err)
-	default:
-		err = fmt.Errorf("%w: device %q at %s: %s: %w", ErrIO, t.name, t.address, what, err)
-	}
-	t.setState(false, err)
-	return nil, err
-}
-
-// drop closes l if it is still the current connection.
-func (t *Transport) drop(l link) {
-	t.mu.Lock()
-	if t.link == l {
-		t.link, t.client = nil, nil
-	}
-	t.mu.Unlock()
-	_ = l.close()
+	timedOut := !time.Now().Before(deadline) || errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, serial.ErrTimeout)
+	return nil, t.Failed(ctx, mc, what.String(), err, timedOut && ctx.Err() == nil)
 }
 
 // read reads count registers or bits of a table; bits come back one byte
@@ -626,19 +385,10 @@ func (t *Transport) read(ctx context.Context, tb table, start uint16, count int)
 		return bits, nil
 	}
 	if len(res) != 2*count {
-		t.dropCurrent()
+		t.DropCurrent()
 		return nil, fmt.Errorf("%w: %s: %d bytes for %d registers", ErrFrame, what, len(res), count)
 	}
 	return res, nil
-}
-
-func (t *Transport) dropCurrent() {
-	t.mu.Lock()
-	l := t.link
-	t.mu.Unlock()
-	if l != nil {
-		t.drop(l)
-	}
 }
 
 // Poll reads every tag of a group. A tag whose read the device refuses
@@ -651,8 +401,8 @@ func (t *Transport) Poll(ctx context.Context, name string) ([]transports.Value, 
 	if !ok {
 		return nil, fmt.Errorf("%w %q on device %q", ErrUnknownGroup, name, t.name)
 	}
-	t.io.Lock()
-	defer t.io.Unlock()
+	t.Lock()
+	defer t.Unlock()
 	vals := make([]transports.Value, len(g.tags))
 	for i, tg := range g.tags {
 		vals[i] = transports.Value{Tag: tg.name, Quality: transports.Bad}
@@ -731,8 +481,8 @@ func (t *Transport) Write(ctx context.Context, name string, value any) error {
 	if !tg.writable {
 		return fmt.Errorf("%w: tag %q on device %q (set writable: true)", ErrReadOnly, name, t.name)
 	}
-	t.io.Lock()
-	defer t.io.Unlock()
+	t.Lock()
+	defer t.Unlock()
 	wrap := func(err error) error {
 		return fmt.Errorf("write tag %q at %s %s on device %q: %w", tg.name, tg.table, tg.address, t.name, err)
 	}
