@@ -188,12 +188,11 @@ func (k *Conn[C]) shut(reason error) {
 	w.stopWatching()
 }
 
-// Connected reports whether a connection is held now.
-func (k *Conn[C]) Connected() bool {
-	var zero C
+// Held returns the connection held now, the zero C when there is none.
+func (k *Conn[C]) Held() C {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return k.cur != zero
+	return k.cur
 }
 
 // Closed reports whether the transport has closed.
@@ -301,8 +300,8 @@ func (k *Conn[C]) Begin(ctx context.Context, c C, what string) (end func(), err 
 }
 
 // Failed drops c after a request on it failed with err and returns the
-// error to report: the transport closed under it, the request timed out
-// (timedOut, as the protocol tells it), ctx ended, or the connection
+// error to report: the transport closed under it, ctx ended, the request
+// timed out (timedOut, as the protocol tells it), or the connection
 // broke. An answer that refuses the request is not a failure: the device
 // answered, so the caller keeps the connection.
 func (k *Conn[C]) Failed(ctx context.Context, c C, what string, err error, timedOut bool) error {
@@ -311,10 +310,10 @@ func (k *Conn[C]) Failed(ctx context.Context, c C, what string, err error, timed
 	switch {
 	case k.Closed():
 		err = fmt.Errorf("%w: device %q: %s interrupted: %w", k.cfg.Errors.Closed, name, what, err)
-	case timedOut:
-		err = fmt.Errorf("%w: device %q at %s: %s: no reply within %v", k.cfg.Errors.Timeout, name, where, what, k.cfg.RequestTimeout)
 	case ctx.Err() != nil:
 		err = fmt.Errorf("device %q: %s: %w", name, what, context.Cause(ctx))
+	case timedOut:
+		err = fmt.Errorf("%w: device %q at %s: %s: no reply within %v", k.cfg.Errors.Timeout, name, where, what, k.cfg.RequestTimeout)
 	default:
 		err = fmt.Errorf("%w: device %q at %s: %s: %w", k.cfg.Errors.IO, name, where, what, err)
 	}

@@ -450,7 +450,7 @@ func TestBlackhole(t *testing.T) {
 	if _, err := r.tr.Poll(context.Background(), "g"); !errors.Is(err, ErrTimeout) {
 		t.Fatalf("poll through a blackhole: %v, want ErrTimeout", err)
 	}
-	if r.tr.Connected() {
+	if r.tr.Held() != nil {
 		t.Fatal("the timed-out connection was kept for reuse")
 	}
 	if err := r.proxy.SetMode(faultproxy.Pass); err != nil {

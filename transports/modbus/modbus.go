@@ -351,7 +351,7 @@ func (t *Transport) exchange(ctx context.Context, what op, fn func(modbus.Client
 		return nil, fmt.Errorf("%s: %w", what, &ExceptionError{Function: mbe.FunctionCode, Code: mbe.ExceptionCode})
 	}
 	timedOut := !time.Now().Before(deadline) || errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, serial.ErrTimeout)
-	return nil, t.Failed(ctx, mc, what.String(), err, timedOut && ctx.Err() == nil)
+	return nil, t.Failed(ctx, mc, what.String(), err, timedOut)
 }
 
 // read reads count registers or bits of a table; bits come back one byte

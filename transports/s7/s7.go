@@ -24,7 +24,6 @@ import (
 	"os"
 	"reflect"
 	"strings"
-	"sync"
 	"time"
 	"unsafe"
 
@@ -126,33 +125,19 @@ func (c *conn) close() {
 }
 
 // Transport is one S7 PLC connection. Its methods are safe for concurrent
-// use; requests are serialized.
+// use; requests are serialized (gos7 handles one exchange at a time). The
+// embedded Conn holds the connection's owner-bound lifecycle.
 type Transport struct {
+	*transports.Conn[*conn]
 	name       string
 	address    string
 	rack, slot int
 
-	connectTimeout, requestTimeout, closeTimeout time.Duration
+	connectTimeout, requestTimeout time.Duration
 
 	groups map[string]*group
 	tags   map[string]*tag
 	first  *group
-
-	// io serializes requests: gos7 handles one exchange at a time.
-	io sync.Mutex
-
-	// mu guards the fields below and is never held during I/O, so the
-	// owner context can close the socket while a request is in flight.
-	mu        sync.Mutex
-	cur       *conn
-	owner     context.Context
-	stopOwner func() bool
-	closed    bool
-	// life ends when the transport closes; it cancels a dial in progress
-	// so Close leaves no connection being made behind it.
-	life    context.Context
-	endLife context.CancelFunc
-	state   transports.State
 }
 
 // New builds a transport for an s7 device, checking every tag.
@@ -167,10 +152,7 @@ func New(name string, dev *routes.Device) (*Transport, error) {
 		name: name, address: dev.Address, rack: dev.Rack, slot: dev.Slot,
 		groups: map[string]*group{},
 		tags:   map[string]*tag{},
-		state:  transports.State{Since: time.Now(), Err: ErrNotOpen},
 	}
-	t.connectTimeout, t.requestTimeout, t.closeTimeout = dev.Timeouts()
-	t.life, t.endLife = context.WithCancel(context.Background())
 	if _, _, err := net.SplitHostPort(t.address); err != nil {
 		if t.address == "" || strings.Contains(t.address, ":") {
 			return nil, fmt.Errorf("%w: device %q: address %q: want host or host:port: %v", ErrConfig, name, dev.Address, err)
@@ -212,50 +194,26 @@ func New(name string, dev *routes.Device) (*Transport, error) {
 		}
 		t.groups[g.name] = g
 	}
+	var closing time.Duration
+	t.connectTimeout, t.requestTimeout, closing = dev.Timeouts()
+	t.Conn = transports.NewConn(transports.ConnConfig[*conn]{
+		Name: name, Where: fmt.Sprintf("%s (rack %d, slot %d)", t.address, t.rack, t.slot),
+		ConnectTimeout: t.connectTimeout, RequestTimeout: t.requestTimeout, CloseTimeout: closing,
+		Errors: transports.ConnErrors{Closed: ErrClosed, NotOpen: ErrNotOpen, Config: ErrConfig,
+			Connect: ErrConnect, Timeout: ErrTimeout, IO: ErrIO},
+		Dial:   t.dial,
+		Hangup: (*conn).close,
+	})
 	return t, nil
-}
-
-// Name identifies the transport.
-func (t *Transport) Name() string { return t.name }
-
-// ActivationBound is connect_timeout plus request_timeout: the TCP, COTP
-// and PDU negotiation exchange, then the first read job.
-func (t *Transport) ActivationBound() time.Duration { return t.connectTimeout + t.requestTimeout }
-
-// CloseBound is close_timeout. Close shuts the socket without waiting for
-// the PLC, so it returns well within it.
-func (t *Transport) CloseBound() time.Duration { return t.closeTimeout }
-
-// State reports whether the connection is up and its last job succeeded
-// (an item the PLC refused counts: the PLC answered).
-func (t *Transport) State() transports.State {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.state
-}
-
-func (t *Transport) setState(ok bool, err error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		return // closing set the final state
-	}
-	t.setStateLocked(ok, err)
-}
-
-func (t *Transport) setStateLocked(ok bool, err error) {
-	t.state = t.state.Next(ok, err)
 }
 
 // PDU is the PDU length negotiated on the current connection, 0 when not
 // connected.
 func (t *Transport) PDU() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.cur == nil {
-		return 0
+	if c := t.Held(); c != nil {
+		return c.pdu
 	}
-	return t.cur.pdu
+	return 0
 }
 
 // Open connects and runs the first read job of the first poll group,
@@ -263,113 +221,35 @@ func (t *Transport) PDU() int {
 // every reconnection after it, lives only while ctx does, and is closed at
 // once when ctx ends.
 func (t *Transport) Open(ctx context.Context) error {
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		return fmt.Errorf("%w: device %q", ErrClosed, t.name)
-	}
-	if t.owner != nil {
-		t.mu.Unlock()
-		return fmt.Errorf("%w: device %q: opened twice", ErrConfig, t.name)
-	}
-	t.owner = ctx
-	t.stopOwner = context.AfterFunc(ctx, func() {
-		t.shut(fmt.Errorf("%w: device %q: owner context ended: %w", ErrClosed, t.name, context.Cause(ctx)))
-	})
-	t.mu.Unlock()
-
-	actx, cancel := context.WithTimeout(ctx, t.ActivationBound())
-	defer cancel()
-	t.io.Lock()
-	defer t.io.Unlock()
-	c, err := t.connected(actx)
-	if err != nil {
-		return err
-	}
-	if t.first == nil {
-		return nil
-	}
-	job := pack(t.first.spans, c.pdu)[0]
-	if _, _, err := t.readJobs(actx, t.first.spans, [][]chunk{job}); err != nil {
-		return fmt.Errorf("device %q: first read: %w", t.name, err)
-	}
-	return nil
-}
-
-func (t *Transport) shut(reason error) {
-	t.mu.Lock()
-	t.closed = true
-	t.endLife()
-	c := t.cur
-	t.cur = nil
-	t.setStateLocked(false, reason)
-	t.mu.Unlock()
-	if c != nil {
-		c.close()
-	}
-}
-
-// Close closes the connection, interrupting a job in flight rather than
-// waiting for it, so it returns within CloseBound. It is safe to call
-// twice.
-func (t *Transport) Close(ctx context.Context) error {
-	t.mu.Lock()
-	stop := t.stopOwner
-	t.mu.Unlock()
-	if stop != nil {
-		stop()
-	}
-	t.shut(fmt.Errorf("%w: device %q", ErrClosed, t.name))
-	return nil
-}
-
-// connected returns the live connection or makes one under ctx and the
-// owner context. The caller holds t.io.
-func (t *Transport) connected(ctx context.Context) (*conn, error) {
-	t.mu.Lock()
-	owner, closed, cur := t.owner, t.closed, t.cur
-	t.mu.Unlock()
-	switch {
-	case closed:
-		return nil, fmt.Errorf("%w: device %q", ErrClosed, t.name)
-	case owner == nil:
-		return nil, fmt.Errorf("%w: device %q", ErrNotOpen, t.name)
-	case cur != nil:
-		return cur, nil
-	}
-	if err := transports.GuardRequest(ctx, owner); err != nil {
-		return nil, fmt.Errorf("device %q: connect: %w", t.name, err)
-	}
-	c, err := t.dial(ctx, owner)
-	if err != nil {
-		if ctx.Err() != nil {
-			err = fmt.Errorf("%w (%w)", err, context.Cause(ctx))
+	return t.Conn.Open(ctx, func(actx context.Context) error {
+		c, err := t.connected(actx)
+		if err != nil {
+			return err
 		}
-		err = fmt.Errorf("%w: device %q at %s (rack %d, slot %d): %w", ErrConnect, t.name, t.address, t.rack, t.slot, err)
-		t.setState(false, err)
-		return nil, err
+		if t.first == nil {
+			return nil
+		}
+		job := pack(t.first.spans, c.pdu)[0]
+		if _, _, err := t.readJobs(actx, t.first.spans, [][]chunk{job}); err != nil {
+			return fmt.Errorf("device %q: first read: %w", t.name, err)
+		}
+		return nil
+	})
+}
+
+// connected returns the live connection or makes one. The caller holds
+// the Conn's Lock.
+func (t *Transport) connected(ctx context.Context) (*conn, error) {
+	c, fresh, err := t.Current(ctx)
+	if fresh {
+		t.SetState(true, nil)
 	}
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		c.close()
-		return nil, fmt.Errorf("%w: device %q", ErrClosed, t.name)
-	}
-	t.cur = c
-	t.mu.Unlock()
-	t.setState(true, nil)
-	return c, nil
+	return c, err
 }
 
 // dial opens the socket, hands it to a fresh gos7 handler and runs the
-// COTP connection and PDU negotiation, all within connect_timeout.
-func (t *Transport) dial(ctx, owner context.Context) (*conn, error) {
-	dctx, cancel := context.WithTimeout(ctx, t.connectTimeout)
-	defer cancel()
-	stopLife := context.AfterFunc(t.life, cancel)
-	defer stopLife()
-	stopOwner := context.AfterFunc(owner, cancel)
-	defer stopOwner()
+// COTP connection and PDU negotiation; dctx ends at connect_timeout.
+func (t *Transport) dial(dctx context.Context) (*conn, error) {
 	var d net.Dialer
 	nc, err := d.DialContext(dctx, "tcp", t.address)
 	if err != nil {
@@ -421,58 +301,31 @@ func adoptConn(h *gos7.TCPClientHandler, nc net.Conn) error {
 }
 
 // run executes one exchange on c bounded by request_timeout and ctx; any
-// failure closes the connection. The caller holds t.io.
+// failure but an item the PLC refused closes the connection. The caller
+// holds the Conn's Lock.
 func (t *Transport) run(ctx context.Context, c *conn, what string, fn func() error) error {
-	t.mu.Lock()
-	owner := t.owner
-	t.mu.Unlock()
-	if err := transports.GuardRequest(ctx, owner); err != nil {
-		// Nothing went on the wire; the connection is as good as before.
-		return fmt.Errorf("device %q: %s: %w", t.name, what, err)
-	}
 	timeout := t.requestTimeout
 	if d, ok := ctx.Deadline(); ok && time.Until(d) < timeout {
 		timeout = max(time.Until(d), time.Millisecond)
 	}
 	c.h.Timeout = timeout
-	stop := context.AfterFunc(ctx, func() { _ = c.nc.Close() })
+	end, err := t.Begin(ctx, c, what)
+	if err != nil {
+		return err
+	}
 	start := time.Now()
-	err := fn()
-	stop()
+	err = fn()
+	end()
 	if err == nil {
-		t.setState(true, nil)
+		t.SetState(true, nil)
 		return nil
 	}
 	var ie *ItemError
 	if errors.As(err, &ie) {
-		t.setState(true, nil)
+		t.SetState(true, nil)
 		return err
 	}
-	t.drop(c)
-	t.mu.Lock()
-	closed := t.closed
-	t.mu.Unlock()
-	switch {
-	case closed:
-		err = fmt.Errorf("%w: device %q: %s interrupted: %w", ErrClosed, t.name, what, err)
-	case ctx.Err() != nil:
-		err = fmt.Errorf("device %q: %s: %w", t.name, what, context.Cause(ctx))
-	case errors.Is(err, os.ErrDeadlineExceeded) || time.Since(start) >= timeout:
-		err = fmt.Errorf("%w: device %q at %s: %s: no reply within %v", ErrTimeout, t.name, t.address, what, timeout)
-	default:
-		err = fmt.Errorf("%w: device %q at %s: %s: %w", ErrIO, t.name, t.address, what, err)
-	}
-	t.setState(false, err)
-	return err
-}
-
-func (t *Transport) drop(c *conn) {
-	t.mu.Lock()
-	if t.cur == c {
-		t.cur = nil
-	}
-	t.mu.Unlock()
-	c.close()
+	return t.Failed(ctx, c, what, err, errors.Is(err, os.ErrDeadlineExceeded) || time.Since(start) >= timeout)
 }
 
 // readJobs runs read jobs over spans and returns each span's bytes or its
@@ -521,8 +374,8 @@ func (t *Transport) Poll(ctx context.Context, name string) ([]transports.Value, 
 	if !ok {
 		return nil, fmt.Errorf("%w %q on device %q", ErrUnknownGroup, name, t.name)
 	}
-	t.io.Lock()
-	defer t.io.Unlock()
+	t.Lock()
+	defer t.Unlock()
 	vals := make([]transports.Value, len(g.tags))
 	for i, tg := range g.tags {
 		vals[i] = transports.Value{Tag: tg.name, Quality: transports.Bad}
@@ -619,8 +472,8 @@ func (t *Transport) Write(ctx context.Context, name string, value any) error {
 			return wrap(err)
 		}
 	}
-	t.io.Lock()
-	defer t.io.Unlock()
+	t.Lock()
+	defer t.Unlock()
 	c, err := t.connected(ctx)
 	if err != nil {
 		return wrap(err)
