@@ -105,8 +105,11 @@ type group struct {
 }
 
 // Transport is one OPC UA server session. Its methods are safe for
-// concurrent use.
+// concurrent use; session changes and the requests of Poll, Write and the
+// watchdog are serialized. The embedded Conn holds the session's
+// owner-bound lifecycle.
 type Transport struct {
+	*transports.Conn[*session]
 	name     string
 	endpoint string
 	policy   string
@@ -121,22 +124,8 @@ type Transport struct {
 	tags   map[string]*tag
 	subs   []*group
 
-	// io serializes session changes and the requests of Poll, Write and
-	// the watchdog.
-	io sync.Mutex
-
 	// mu guards the fields below; it is never held during I/O.
 	mu        sync.Mutex
-	cur       *session
-	owner     context.Context
-	stopOwner func() bool
-	closed    bool
-	// life ends when the transport closes; it cancels a dial in progress
-	// so Close leaves no connection being made behind it.
-	life      context.Context
-	endLife   context.CancelFunc
-	done      chan struct{} // closed when the transport closes
-	state     transports.State
 	cache     map[string]transports.Value // last delivered value of subscribed tags
 	kinds     map[string]ua.TypeID        // node types learned by reading
 	endpoints []*ua.EndpointDescription
@@ -186,11 +175,17 @@ func New(name string, dev *routes.Device) (*Transport, error) {
 		name: name, endpoint: dev.Address, certFile: dev.CertFile, keyFile: dev.KeyFile, creds: dev.Credentials,
 		groups: map[string]*group{}, tags: map[string]*tag{},
 		cache: map[string]transports.Value{}, kinds: map[string]ua.TypeID{},
-		state: transports.State{Since: time.Now(), Err: ErrNotOpen},
-		done:  make(chan struct{}),
 	}
 	t.connectTimeout, t.requestTimeout, t.closeTimeout = dev.Timeouts()
-	t.life, t.endLife = context.WithCancel(context.Background())
+	t.Conn = transports.NewConn(transports.ConnConfig[*session]{
+		Name: name, Where: t.endpoint,
+		ConnectTimeout: t.connectTimeout, RequestTimeout: t.requestTimeout, CloseTimeout: t.closeTimeout,
+		Errors: transports.ConnErrors{Closed: ErrClosed, NotOpen: ErrNotOpen, Config: ErrConfig,
+			Connect: ErrConnect, Timeout: ErrTimeout, IO: ErrIO},
+		Dial:   t.connect,
+		Hangup: t.closeSession,
+		Alive:  func(s *session) bool { return s.c.State() == opcua.Connected },
+	})
 	switch strings.ToLower(strings.TrimPrefix(dev.SecurityPolicy, "http://opcfoundation.org/UA/SecurityPolicy#")) {
 	case "", "none":
 		t.policy = PolicyNone
@@ -299,36 +294,6 @@ func parseTag(tg *routes.Tag) (*tag, error) {
 // Modbus or S7 address pasted into an OPC UA tag.
 var nodeIDForm = regexp.MustCompile(`^(ns=\d+;)?[isgb]=.+$`)
 
-// Name identifies the transport.
-func (t *Transport) Name() string { return t.name }
-
-// ActivationBound is connect_timeout plus request_timeout: the secure
-// channel and session (and, before the first session, the endpoint
-// query), then one request_timeout for the first read and the creation of
-// every subscription.
-func (t *Transport) ActivationBound() time.Duration { return t.connectTimeout + t.requestTimeout }
-
-// CloseBound is close_timeout: half of it is given to closing the session
-// politely, then the socket is closed regardless.
-func (t *Transport) CloseBound() time.Duration { return t.closeTimeout }
-
-// State reports whether the session is up and its last request
-// succeeded.
-func (t *Transport) State() transports.State {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.state
-}
-
-func (t *Transport) setState(ok bool, err error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		return
-	}
-	t.state = t.state.Next(ok, err)
-}
-
 var _ transports.Notifier = (*Transport)(nil)
 
 // SetNotify registers f to receive every value a subscription delivers
@@ -345,26 +310,10 @@ func (t *Transport) SetNotify(f func(group string, v transports.Value)) {
 // session, every reconnection after it and the watchdog live only while
 // ctx does, and the session is closed at once when ctx ends.
 func (t *Transport) Open(ctx context.Context) error {
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		return fmt.Errorf("%w: device %q", ErrClosed, t.name)
-	}
-	if t.owner != nil {
-		t.mu.Unlock()
-		return fmt.Errorf("%w: device %q: opened twice", ErrConfig, t.name)
-	}
-	t.owner = ctx
-	t.stopOwner = context.AfterFunc(ctx, func() {
-		t.shut(fmt.Errorf("%w: device %q: owner context ended: %w", ErrClosed, t.name, context.Cause(ctx)))
+	err := t.Conn.Open(ctx, func(actx context.Context) error {
+		_, err := t.session(actx)
+		return err
 	})
-	t.mu.Unlock()
-
-	actx, cancel := context.WithTimeout(ctx, t.ActivationBound())
-	defer cancel()
-	t.io.Lock()
-	_, err := t.session(actx)
-	t.io.Unlock()
 	if err != nil {
 		return err
 	}
@@ -373,25 +322,6 @@ func (t *Transport) Open(ctx context.Context) error {
 		go t.watchdog()
 	}
 	return nil
-}
-
-// shut closes the transport for good, within the close bound.
-func (t *Transport) shut(reason error) {
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		return
-	}
-	t.closed = true
-	close(t.done)
-	t.endLife()
-	s := t.cur
-	t.cur = nil
-	t.state = transports.State{Since: time.Now(), Err: reason}
-	t.mu.Unlock()
-	if s != nil {
-		t.closeSession(s)
-	}
 }
 
 // closeSession ends a session: half the close bound for CloseSession,
@@ -403,69 +333,27 @@ func (t *Transport) closeSession(s *session) {
 	_ = s.c.Close(ctx)
 }
 
-// Close closes the session within CloseBound and stops the watchdog. It
-// is safe to call twice.
-func (t *Transport) Close(ctx context.Context) error {
-	t.mu.Lock()
-	stop := t.stopOwner
-	t.mu.Unlock()
-	if stop != nil {
-		stop()
-	}
-	t.shut(fmt.Errorf("%w: device %q", ErrClosed, t.name))
-	return nil
-}
-
 // session returns the live session, or connects one and sets it up (limits
 // read, subscriptions created) under ctx and the owner context. The caller
-// holds t.io.
+// holds the Conn's Lock.
 func (t *Transport) session(ctx context.Context) (*session, error) {
-	t.mu.Lock()
-	owner, closed, cur := t.owner, t.closed, t.cur
-	t.mu.Unlock()
-	switch {
-	case closed:
-		return nil, fmt.Errorf("%w: device %q", ErrClosed, t.name)
-	case owner == nil:
-		return nil, fmt.Errorf("%w: device %q", ErrNotOpen, t.name)
-	case cur != nil && cur.c.State() == opcua.Connected:
-		return cur, nil
-	case cur != nil:
-		t.drop(cur)
-	}
-	if err := transports.GuardRequest(ctx, owner); err != nil {
-		return nil, fmt.Errorf("device %q: connect: %w", t.name, err)
-	}
-	s, err := t.connect(ctx, owner)
-	if err != nil {
-		err = fmt.Errorf("%w: device %q at %s: %w", ErrConnect, t.name, t.endpoint, err)
-		t.setState(false, err)
-		return nil, err
+	s, fresh, err := t.Current(ctx)
+	if err != nil || !fresh {
+		return s, err
 	}
 	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		t.closeSession(s)
-		return nil, fmt.Errorf("%w: device %q", ErrClosed, t.name)
-	}
-	t.cur = s
 	t.sessions++
 	t.mu.Unlock()
 	if err := t.setup(ctx, s); err != nil {
 		return nil, err
 	}
-	t.setState(true, nil)
+	t.SetState(true, nil)
 	return s, nil
 }
 
-// connect opens the secure channel and session within connect_timeout.
-func (t *Transport) connect(ctx, owner context.Context) (*session, error) {
-	dctx, cancel := context.WithTimeout(ctx, t.connectTimeout)
-	defer cancel()
-	stopLife := context.AfterFunc(t.life, cancel)
-	defer stopLife()
-	stop := context.AfterFunc(owner, cancel)
-	defer stop()
+// connect opens the secure channel and session; dctx ends at
+// connect_timeout.
+func (t *Transport) connect(dctx context.Context) (*session, error) {
 
 	abort := &abortableDial{}
 	defer abort.finish()
@@ -596,27 +484,8 @@ func (t *Transport) setup(ctx context.Context, s *session) error {
 
 // fail drops a session after a failed request.
 func (t *Transport) fail(s *session, err error) {
-	t.drop(s)
-	t.setState(false, err)
-}
-
-// guard runs transports.GuardRequest with the owner context right before a
-// request is sent. The library's own publish loop cannot be guarded; the
-// owner context's end closes it.
-func (t *Transport) guard(ctx context.Context) error {
-	t.mu.Lock()
-	owner := t.owner
-	t.mu.Unlock()
-	return transports.GuardRequest(ctx, owner)
-}
-
-func (t *Transport) drop(s *session) {
-	t.mu.Lock()
-	if t.cur == s {
-		t.cur = nil
-	}
-	t.mu.Unlock()
-	t.closeSession(s)
+	t.Drop(s)
+	t.SetState(false, err)
 }
 
 // classify wraps a request error; any error but a bad service result
@@ -627,22 +496,7 @@ func (t *Transport) classify(ctx context.Context, s *session, what string, err e
 		sc != ua.StatusBadSessionIDInvalid && sc != ua.StatusBadSecureChannelClosed && sc != ua.StatusBadConnectionClosed {
 		return fmt.Errorf("%w: device %q: %s: %w", ErrStatus, t.name, what, err)
 	}
-	t.drop(s)
-	t.mu.Lock()
-	closed := t.closed
-	t.mu.Unlock()
-	switch {
-	case closed:
-		err = fmt.Errorf("%w: device %q: %s interrupted: %w", ErrClosed, t.name, what, err)
-	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ua.StatusBadTimeout):
-		err = fmt.Errorf("%w: device %q at %s: %s: no reply within %v", ErrTimeout, t.name, t.endpoint, what, t.requestTimeout)
-	case ctx.Err() != nil:
-		err = fmt.Errorf("device %q: %s: %w", t.name, what, context.Cause(ctx))
-	default:
-		err = fmt.Errorf("%w: device %q at %s: %s: %w", ErrIO, t.name, t.endpoint, what, err)
-	}
-	t.setState(false, err)
-	return err
+	return t.Failed(ctx, s, what, err, errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ua.StatusBadTimeout))
 }
 
 // read reads nodes in chunks of the server's MaxNodesPerRead, each bounded
@@ -655,7 +509,7 @@ func (t *Transport) read(ctx context.Context, s *session, nodes []*ua.ReadValueI
 	out := make([]*ua.DataValue, 0, len(nodes))
 	for start := 0; start < len(nodes); start += chunk {
 		part := nodes[start:min(len(nodes), start+chunk)]
-		if err := t.guard(ctx); err != nil {
+		if err := t.Guard(ctx); err != nil {
 			return nil, fmt.Errorf("device %q: read: %w", t.name, err)
 		}
 		rctx, cancel := context.WithTimeout(ctx, t.requestTimeout)
@@ -675,7 +529,7 @@ func (t *Transport) read(ctx context.Context, s *session, nodes []*ua.ReadValueI
 		}
 		out = append(out, res.Results...)
 	}
-	t.setState(true, nil)
+	t.SetState(true, nil)
 	return out, nil
 }
 
@@ -716,8 +570,8 @@ func (t *Transport) Poll(ctx context.Context, name string) ([]transports.Value, 
 	if !ok {
 		return nil, fmt.Errorf("%w %q on device %q", ErrUnknownGroup, name, t.name)
 	}
-	t.io.Lock()
-	defer t.io.Unlock()
+	t.Lock()
+	defer t.Unlock()
 	vals := make([]transports.Value, len(g.tags))
 	var missing []int
 	t.mu.Lock()
@@ -786,8 +640,8 @@ func (t *Transport) Write(ctx context.Context, name string, value any) error {
 	wrap := func(err error) error {
 		return fmt.Errorf("write tag %q at %s on device %q: %w", tg.name, tg.address, t.name, err)
 	}
-	t.io.Lock()
-	defer t.io.Unlock()
+	t.Lock()
+	defer t.Unlock()
 	s, err := t.session(ctx)
 	if err != nil {
 		return wrap(err)
@@ -812,7 +666,7 @@ func (t *Transport) Write(ctx context.Context, name string, value any) error {
 	if err != nil {
 		return wrap(err)
 	}
-	if err := t.guard(ctx); err != nil {
+	if err := t.Guard(ctx); err != nil {
 		return wrap(err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, t.requestTimeout)
@@ -833,14 +687,14 @@ func (t *Transport) Write(ctx context.Context, name string, value any) error {
 	if res.Results[0] != ua.StatusOK {
 		return wrap(fmt.Errorf("%w: %w", ErrStatus, res.Results[0]))
 	}
-	t.setState(true, nil)
+	t.SetState(true, nil)
 	return nil
 }
 
 // subscribe creates the subscription of a group and its monitored items,
 // and starts the goroutine that receives its notifications.
 func (t *Transport) subscribe(ctx context.Context, s *session, g *group) error {
-	if err := t.guard(ctx); err != nil {
+	if err := t.Guard(ctx); err != nil {
 		return fmt.Errorf("device %q: subscribe: %w", t.name, err)
 	}
 	ch := make(chan *opcua.PublishNotificationData, 64)
@@ -994,20 +848,17 @@ func (t *Transport) watchdog() {
 	defer tick.Stop()
 	for {
 		select {
-		case <-t.done:
+		case <-t.Done():
 			return
 		case <-tick.C:
 		}
-		t.mu.Lock()
-		owner := t.owner
-		t.mu.Unlock()
-		t.io.Lock()
-		t.check(owner)
-		t.io.Unlock()
+		t.Lock()
+		t.check(t.Owner())
+		t.Unlock()
 	}
 }
 
-// check is one watchdog round; the caller holds t.io.
+// check is one watchdog round; the caller holds the Conn's Lock.
 func (t *Transport) check(owner context.Context) {
 	ctx, cancel := context.WithTimeout(owner, t.connectTimeout+t.requestTimeout)
 	defer cancel()

@@ -85,8 +85,8 @@ func TestChunkByMaxNodesPerRead(t *testing.T) {
 	}
 	r := newRig(t, srv, &routes.Device{Groups: []*routes.PollGroup{{Name: "g", Tags: tags}}})
 	r.open(t)
-	if r.tr.cur.maxRead != 32 {
-		t.Fatalf("MaxNodesPerRead %d, want the server's 32", r.tr.cur.maxRead)
+	if r.tr.Held().maxRead != 32 {
+		t.Fatalf("MaxNodesPerRead %d, want the server's 32", r.tr.Held().maxRead)
 	}
 	r.tr.mu.Lock()
 	before := r.tr.reads
@@ -324,7 +324,7 @@ func TestTimeoutsAndCloseBounds(t *testing.T) {
 	// The proxy hides our close inside the blackhole, as a partition
 	// would; what the transport owes is to have dropped the session.
 	r.tr.mu.Lock()
-	dropped := r.tr.cur == nil
+	dropped := r.tr.Held() == nil
 	r.tr.mu.Unlock()
 	if !dropped || r.tr.State().Converged {
 		t.Fatal("the timed-out session was kept")
