@@ -7,7 +7,6 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -459,102 +458,6 @@ func TestBlackhole(t *testing.T) {
 	r.poll(t, "g")
 	if st := r.proxy.Stats(); st.Accepted != 2 {
 		t.Errorf("accepted %d connections, want 2", st.Accepted)
-	}
-}
-
-// TestOwnerContextCancel cancels the owner context with a request in
-// flight: the connection must be gone within the close bound, and the
-// transport must refuse to reconnect.
-func TestOwnerContextCancel(t *testing.T) {
-	p := newPLC()
-	r := newRig(t, p, &routes.Device{CloseTimeout: routes.Duration(500 * time.Millisecond),
-		Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Name: "x", Address: "1"}}}}})
-	r.open(t)
-	r.poll(t, "g")
-	done := r.stuckPoll(t, p, context.Background(), "g")
-	if err := r.proxy.WaitFor(context.Background(), func(s faultproxy.Stats) bool { return len(s.Conns) == 1 && s.Conns[0].Requests >= 2 }); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	r.stop()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := r.proxy.WaitFor(ctx, func(s faultproxy.Stats) bool { return s.Current == 0 }); err != nil {
-		t.Fatal("connection still open after the owner context ended")
-	}
-	if took := time.Since(start); took > r.tr.CloseBound() {
-		t.Errorf("connection closed %v after the owner context ended, beyond the close bound %v", took, r.tr.CloseBound())
-	}
-	if err := <-done; err == nil {
-		t.Error("the poll in flight succeeded after the owner context ended")
-	}
-	if _, err := r.tr.Poll(context.Background(), "g"); !errors.Is(err, ErrClosed) {
-		t.Errorf("poll after the owner context ended: %v, want ErrClosed", err)
-	}
-	if got := r.proxy.Stats().Accepted; got != 1 {
-		t.Errorf("%d connections; the transport reconnected after its owner context ended", got)
-	}
-	if st := r.tr.State(); st.Converged || !errors.Is(st.Err, ErrClosed) {
-		t.Errorf("state %+v", st)
-	}
-}
-
-// TestCloseWithinBound closes with a request in flight.
-func TestCloseWithinBound(t *testing.T) {
-	p := newPLC()
-	r := newRig(t, p, &routes.Device{Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Name: "x", Address: "1"}}}}})
-	r.open(t)
-	hang := make(chan struct{})
-	defer close(hang)
-	p.mu.Lock()
-	p.hang = hang
-	p.mu.Unlock()
-	go func() { _, _ = r.tr.Poll(context.Background(), "g") }()
-	if err := r.proxy.WaitFor(context.Background(), func(s faultproxy.Stats) bool { return len(s.Conns) == 1 && s.Conns[0].Requests >= 2 }); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	if err := r.tr.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.proxy.WaitFor(context.Background(), func(s faultproxy.Stats) bool { return s.Current == 0 }); err != nil {
-		t.Fatal(err)
-	}
-	if took := time.Since(start); took > r.tr.CloseBound() {
-		t.Errorf("Close took %v, beyond its bound %v", took, r.tr.CloseBound())
-	}
-	if err := r.tr.Close(context.Background()); err != nil {
-		t.Errorf("second Close: %v", err)
-	}
-	if err := r.tr.Write(context.Background(), "x", 1); !errors.Is(err, ErrReadOnly) {
-		t.Errorf("write to read-only tag: %v", err)
-	}
-}
-
-// TestGuard checks a refused owner guard keeps a request off the wire.
-func TestGuard(t *testing.T) {
-	p := newPLC()
-	r := newRig(t, p, &routes.Device{Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Name: "x", Address: "1", Writable: true}}}}})
-	var fenced atomic.Bool
-	r.owner = transports.WithGuard(r.owner, func() error {
-		if fenced.Load() {
-			return errors.New("past the fence deadline")
-		}
-		return nil
-	})
-	r.open(t)
-	r.poll(t, "g")
-	sent := r.proxy.Stats().Conns[0].Requests
-	fenced.Store(true)
-	vals, err := r.tr.Poll(context.Background(), "g")
-	if !errors.Is(err, transports.ErrGuard) || vals[0].Quality != transports.Bad {
-		t.Errorf("poll past the fence: %+v %v, want ErrGuard", vals, err)
-	}
-	if err := r.tr.Write(context.Background(), "x", 1); !errors.Is(err, transports.ErrGuard) {
-		t.Errorf("write past the fence: %v, want ErrGuard", err)
-	}
-	if got := r.proxy.Stats().Conns[0].Requests; got != sent {
-		t.Errorf("%d requests reached the device past the fence", got-sent)
 	}
 }
 

@@ -2,7 +2,6 @@ package modbus
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log"
 	"net"
@@ -15,6 +14,7 @@ import (
 	"github.com/leasebridge/leasebridge/internal/faultproxy"
 	"github.com/leasebridge/leasebridge/routes"
 	"github.com/leasebridge/leasebridge/transports"
+	"github.com/leasebridge/leasebridge/transports/transporttest"
 )
 
 // plc is the simulated device behind the simonvetter Modbus server.
@@ -244,15 +244,7 @@ func (r *rig) open(t *testing.T) {
 
 func (r *rig) poll(t *testing.T, group string) map[string]transports.Value {
 	t.Helper()
-	vals, err := r.tr.Poll(context.Background(), group)
-	if err != nil {
-		t.Fatalf("Poll %s: %v", group, err)
-	}
-	m := map[string]transports.Value{}
-	for _, v := range vals {
-		m[v.Tag] = v
-	}
-	return m
+	return transporttest.Poll(t, r.tr, group)
 }
 
 // waitNoConn waits until the proxy has seen the transport's connection
@@ -270,19 +262,4 @@ func (r *rig) waitNoConn(t *testing.T) {
 
 func ptr[T any](v T) *T { return &v }
 
-func mustGood(t *testing.T, vals map[string]transports.Value, name string, want any) {
-	t.Helper()
-	v, ok := vals[name]
-	if !ok {
-		t.Fatalf("tag %s missing", name)
-	}
-	if v.Quality != transports.Good || v.Err != nil {
-		t.Fatalf("tag %s: quality %s, err %v", name, v.Quality, v.Err)
-	}
-	if v.Timestamp.IsZero() {
-		t.Errorf("tag %s has no timestamp", name)
-	}
-	if fmt.Sprintf("%T %v", v.Value, v.Value) != fmt.Sprintf("%T %v", want, want) {
-		t.Errorf("tag %s = %T %v, want %T %v", name, v.Value, v.Value, want, want)
-	}
-}
+var mustGood = transporttest.MustGood

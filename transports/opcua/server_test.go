@@ -2,8 +2,6 @@ package opcua
 
 import (
 	"context"
-	"fmt"
-	"strconv"
 	"testing"
 	"time"
 
@@ -11,6 +9,7 @@ import (
 	"github.com/leasebridge/leasebridge/routes"
 	"github.com/leasebridge/leasebridge/transports"
 	"github.com/leasebridge/leasebridge/transports/opcua/uatest"
+	"github.com/leasebridge/leasebridge/transports/transporttest"
 )
 
 type rig struct {
@@ -24,18 +23,10 @@ type rig struct {
 	halfOpen bool
 }
 
-// newRig builds a transport reaching srv through its proxy; own gives it
-// a proxy of its own instead (whose URL the server does not advertise).
-func newRig(t *testing.T, srv *uatest.Server, dev *routes.Device, own ...bool) *rig {
+// newRig builds a transport reaching srv through its proxy.
+func newRig(t *testing.T, srv *uatest.Server, dev *routes.Device) *rig {
 	t.Helper()
 	px := srv.Proxy
-	if len(own) > 0 && own[0] {
-		var err error
-		if px, err = faultproxy.Start(context.Background(), "127.0.0.1:"+strconv.Itoa(srv.Port)); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = px.Close() })
-	}
 	dev.Kind = routes.KindOPCUA
 	dev.Address = "opc.tcp://" + px.Addr()
 	tr, err := New("ua1", dev)
@@ -65,15 +56,7 @@ func (r *rig) open(t *testing.T) {
 
 func (r *rig) poll(t *testing.T, group string) map[string]transports.Value {
 	t.Helper()
-	vals, err := r.tr.Poll(context.Background(), group)
-	if err != nil {
-		t.Fatalf("Poll %s: %v", group, err)
-	}
-	m := map[string]transports.Value{}
-	for _, v := range vals {
-		m[v.Tag] = v
-	}
-	return m
+	return transporttest.Poll(t, r.tr, group)
 }
 
 // waitConns waits until the proxy holds n connections.
@@ -88,16 +71,4 @@ func (r *rig) waitConns(t *testing.T, n int) {
 
 func ptr[T any](v T) *T { return &v }
 
-func mustGood(t *testing.T, vals map[string]transports.Value, name string, want any) {
-	t.Helper()
-	v, ok := vals[name]
-	if !ok {
-		t.Fatalf("tag %s missing", name)
-	}
-	if v.Quality != transports.Good || v.Err != nil || v.Timestamp.IsZero() {
-		t.Fatalf("tag %s: quality %s, err %v, time %v", name, v.Quality, v.Err, v.Timestamp)
-	}
-	if fmt.Sprintf("%T %v", v.Value, v.Value) != fmt.Sprintf("%T %v", want, want) {
-		t.Errorf("tag %s = %T %v, want %T %v", name, v.Value, v.Value, want, want)
-	}
-}
+var mustGood = transporttest.MustGood

@@ -8,7 +8,6 @@ import (
 	"math"
 	"net"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/leasebridge/leasebridge/routes"
 	"github.com/leasebridge/leasebridge/transports"
 	"github.com/leasebridge/leasebridge/transports/s7/s7test"
+	"github.com/leasebridge/leasebridge/transports/transporttest"
 )
 
 type rig struct {
@@ -74,15 +74,7 @@ func (r *rig) open(t *testing.T) {
 
 func (r *rig) poll(t *testing.T, group string) map[string]transports.Value {
 	t.Helper()
-	vals, err := r.tr.Poll(context.Background(), group)
-	if err != nil {
-		t.Fatalf("Poll %s: %v", group, err)
-	}
-	m := map[string]transports.Value{}
-	for _, v := range vals {
-		m[v.Tag] = v
-	}
-	return m
+	return transporttest.Poll(t, r.tr, group)
 }
 
 // waitNoConn waits until the proxy has seen the transport's connection
@@ -98,19 +90,7 @@ func (r *rig) waitNoConn(t *testing.T) {
 
 func ptr[T any](v T) *T { return &v }
 
-func mustGood(t *testing.T, vals map[string]transports.Value, name string, want any) {
-	t.Helper()
-	v, ok := vals[name]
-	if !ok {
-		t.Fatalf("tag %s missing", name)
-	}
-	if v.Quality != transports.Good || v.Err != nil || v.Timestamp.IsZero() {
-		t.Fatalf("tag %s: quality %s, err %v, time %v", name, v.Quality, v.Err, v.Timestamp)
-	}
-	if fmt.Sprintf("%T %v", v.Value, v.Value) != fmt.Sprintf("%T %v", want, want) {
-		t.Errorf("tag %s = %T %v, want %T %v", name, v.Value, v.Value, want, want)
-	}
-}
+var mustGood = transporttest.MustGood
 
 // db1 is a data block laid out by hand with encoding/binary.
 func db1() []byte {
@@ -415,82 +395,6 @@ func TestTimeouts(t *testing.T) {
 		t.Errorf("%d connections, want 2", st.Accepted)
 	}
 
-	// A PLC that accepts TCP but never answers the handshake: Open gives
-	// up within its disclosed bound.
-	r2 := newRig(t, 240, &routes.Device{ConnectTimeout: routes.Duration(300 * time.Millisecond), RequestTimeout: routes.Duration(200 * time.Millisecond)})
-	r2.srv.Hang()
-	defer r2.srv.Unhang()
-	start := time.Now()
-	err := r2.tr.Open(r2.owner)
-	if took := time.Since(start); took > r2.tr.ActivationBound() {
-		t.Errorf("Open took %v, beyond its activation bound %v", took, r2.tr.ActivationBound())
-	}
-	if !errors.Is(err, ErrConnect) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("Open against a silent PLC: %v", err)
-	}
-	r2.waitNoConn(t)
-}
-
-func TestOwnerContextCancel(t *testing.T) {
-	r := newRig(t, 240, &routes.Device{CloseTimeout: routes.Duration(500 * time.Millisecond),
-		Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Name: "x", Address: "MW0"}}}}})
-	r.open(t)
-	r.poll(t, "g")
-	r.srv.Hang()
-	defer r.srv.Unhang()
-	done := make(chan error, 1)
-	go func() {
-		_, err := r.tr.Poll(context.Background(), "g")
-		done <- err
-	}()
-	// COTP, setup, first read, poll, then the hung poll.
-	if err := r.proxy.WaitFor(context.Background(), func(s faultproxy.Stats) bool { return len(s.Conns) == 1 && s.Conns[0].Requests >= 5 }); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	r.stop()
-	if err := r.proxy.WaitFor(context.Background(), func(s faultproxy.Stats) bool { return s.Current == 0 }); err != nil {
-		t.Fatal(err)
-	}
-	if took := time.Since(start); took > r.tr.CloseBound() {
-		t.Errorf("closed %v after the owner context ended, beyond the close bound %v", took, r.tr.CloseBound())
-	}
-	if err := <-done; !errors.Is(err, ErrClosed) {
-		t.Errorf("poll in flight: %v, want ErrClosed", err)
-	}
-	if _, err := r.tr.Poll(context.Background(), "g"); !errors.Is(err, ErrClosed) {
-		t.Errorf("poll after the owner context ended: %v", err)
-	}
-	if err := r.tr.Open(context.Background()); !errors.Is(err, ErrClosed) {
-		t.Errorf("reopen: %v", err)
-	}
-	if st := r.proxy.Stats(); st.Accepted != 1 {
-		t.Errorf("%d connections; reconnected after the owner context ended", st.Accepted)
-	}
-}
-
-func TestCloseWithinBound(t *testing.T) {
-	r := newRig(t, 240, &routes.Device{Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Name: "x", Address: "MW0"}}}}})
-	r.open(t)
-	r.srv.Hang()
-	defer r.srv.Unhang()
-	go func() { _, _ = r.tr.Poll(context.Background(), "g") }()
-	if err := r.proxy.WaitFor(context.Background(), func(s faultproxy.Stats) bool { return len(s.Conns) == 1 && s.Conns[0].Requests >= 4 }); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	if err := r.tr.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if took := time.Since(start); took > r.tr.CloseBound() {
-		t.Errorf("Close took %v, beyond %v", took, r.tr.CloseBound())
-	}
-	if err := r.proxy.WaitFor(context.Background(), func(s faultproxy.Stats) bool { return s.Current == 0 }); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.tr.Close(context.Background()); err != nil {
-		t.Error(err)
-	}
 }
 
 // TestAdoptConn fails if the pinned gos7 changes the field the transport
@@ -539,58 +443,5 @@ func TestPack(t *testing.T) {
 				t.Errorf("PDU %d: span %d covered %d of %d bytes", pdu, i, covered[i], s.size)
 			}
 		}
-	}
-}
-
-// TestGuard checks a refused owner guard keeps a job off the wire.
-func TestGuard(t *testing.T) {
-	r := newRig(t, 240, &routes.Device{Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Name: "x", Address: "MW0", Writable: true}}}}})
-	var fenced atomic.Bool
-	r.owner = transports.WithGuard(r.owner, func() error {
-		if fenced.Load() {
-			return errors.New("past the fence deadline")
-		}
-		return nil
-	})
-	r.open(t)
-	r.poll(t, "g")
-	jobs := r.srv.Jobs()
-	fenced.Store(true)
-	if _, err := r.tr.Poll(context.Background(), "g"); !errors.Is(err, transports.ErrGuard) {
-		t.Errorf("poll past the fence: %v, want ErrGuard", err)
-	}
-	if err := r.tr.Write(context.Background(), "x", 1); !errors.Is(err, transports.ErrGuard) {
-		t.Errorf("write past the fence: %v, want ErrGuard", err)
-	}
-	if got := r.srv.Jobs(); got != jobs {
-		t.Errorf("%d jobs reached the PLC past the fence", got-jobs)
-	}
-}
-
-// TestCloseDuringConnect closes while the handshake hangs: Open returns
-// at once and no connection is left being made.
-func TestCloseDuringConnect(t *testing.T) {
-	r := newRig(t, 240, &routes.Device{ConnectTimeout: routes.Duration(30 * time.Second),
-		Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Name: "x", Address: "MW0"}}}}})
-	r.srv.Hang()
-	defer r.srv.Unhang()
-	done := make(chan error, 1)
-	go func() { done <- r.tr.Open(r.owner) }()
-	if err := r.proxy.WaitFor(context.Background(), func(s faultproxy.Stats) bool { return len(s.Conns) == 1 && s.Conns[0].Requests >= 1 }); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	if err := r.tr.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	err := <-done
-	if err := r.proxy.WaitFor(context.Background(), func(s faultproxy.Stats) bool { return s.Current == 0 }); err != nil {
-		t.Fatal(err)
-	}
-	if took := time.Since(start); took > r.tr.CloseBound() {
-		t.Errorf("the handshake outlived Close by %v, beyond the close bound %v", took, r.tr.CloseBound())
-	}
-	if err == nil {
-		t.Error("Open succeeded after Close")
 	}
 }
