@@ -804,15 +804,13 @@ func (t *Transport) receive(s *session, sb *sub, ch <-chan *opcua.PublishNotific
 	}
 }
 
-// withinDeadband reports whether v differs from old by less than the tag's
-// absolute deadband; status changes always pass.
+// withinDeadband reports whether v has not moved from old past the tag's
+// absolute deadband (transports.Moved); status changes always pass.
 func withinDeadband(tg *tag, old, v transports.Value) bool {
 	if tg.deadband <= 0 || old.Quality != transports.Good || v.Quality != transports.Good {
 		return false
 	}
-	a, ok1 := tagvalue.ToFloat(old.Value)
-	b, ok2 := tagvalue.ToFloat(v.Value)
-	return ok1 && ok2 && math.Abs(a-b) < tg.deadband
+	return !transports.Moved(old.Value, v.Value, tg.deadband)
 }
 
 // differs reports whether a probed value shows a change the subscription
@@ -821,15 +819,7 @@ func differs(tg *tag, cached, read transports.Value) bool {
 	if cached.Quality != read.Quality {
 		return true
 	}
-	if read.Quality != transports.Good {
-		return false
-	}
-	if a, ok := tagvalue.ToFloat(cached.Value); ok {
-		if b, ok := tagvalue.ToFloat(read.Value); ok {
-			return math.Abs(a-b) >= math.Max(tg.deadband, 0) && a != b
-		}
-	}
-	return fmt.Sprint(cached.Value) != fmt.Sprint(read.Value)
+	return read.Quality == transports.Good && transports.Moved(cached.Value, read.Value, max(tg.deadband, 0))
 }
 
 // watchdog keeps the subscriptions alive: it reconnects a dropped session,

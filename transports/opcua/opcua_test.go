@@ -230,9 +230,19 @@ func TestSubscribeAndDeadband(t *testing.T) {
 			t.Errorf("a value within the deadband was delivered: %v", v)
 		}
 	}
+	// A change equal to the deadband is not delivered (transports.Moved).
+	srv.Space.Set("temp", 35.0)
+	srv.Space.Set("count", int32(2))
+	c.wait(t, "count", int32(2))
+	srv.Space.Set("temp", 35.5)
+	for _, v := range c.wait(t, "temp", 35.5) {
+		if v == 35.0 {
+			t.Errorf("a change equal to the deadband was delivered: %v", v)
+		}
+	}
 	v := r.poll(t, "sub")
-	mustGood(t, v, "temp", 30.0)
-	mustGood(t, v, "count", int32(1))
+	mustGood(t, v, "temp", 35.5)
+	mustGood(t, v, "count", int32(2))
 	if ids := srv.SubscriptionIDs(); len(ids) != 1 {
 		t.Errorf("server holds %d subscriptions, want 1", len(ids))
 	}
