@@ -44,7 +44,10 @@ func (c *Config) errAt(path, format string, args ...any) *FieldError {
 var (
 	byteOrders = []string{"ABCD", "DCBA", "BADC", "CDAB"}
 	registers  = []string{"holding", "input", "coil", "discrete"}
-	tagTypes   = []string{"bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float32", "float64", "string"}
+	// TagTypes are the value types a tag may have, the one list the
+	// device transports check against (Modbus registers hold no 8-bit
+	// types).
+	TagTypes = []string{"bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float32", "float64", "string"}
 	// s7Address accepts TIA-style absolute addresses: DB1.DBX0.0 (a bit),
 	// DB1.DBB2, DB1.DBW10, DB1.DBD4, DB1.DBS20 (a string, with length),
 	// DB1.STRING10.20, and the M/I/E/Q/A areas such as MX5.2, M5.2, MW10,
@@ -321,9 +324,9 @@ func (c *Config) checkTag(path string, d *Device, t *Tag) Errors {
 		add(path+".address", "address is required")
 	}
 	if t.Type == "" {
-		add(path+".type", "type is required: one of %s", strings.Join(tagTypes, ", "))
-	} else if !slices.Contains(tagTypes, t.Type) {
-		add(path+".type", "type %q: want one of %s", t.Type, strings.Join(tagTypes, ", "))
+		add(path+".type", "type is required: one of %s", strings.Join(TagTypes, ", "))
+	} else if !slices.Contains(TagTypes, t.Type) {
+		add(path+".type", "type %q: want one of %s", t.Type, strings.Join(TagTypes, ", "))
 	}
 	if t.Type == "string" && t.Length <= 0 {
 		add(path+".length", "a string tag needs length > 0 (registers for Modbus, bytes for S7)")

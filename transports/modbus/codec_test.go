@@ -3,6 +3,8 @@ package modbus
 import (
 	"errors"
 	"testing"
+
+	"github.com/leasebridge/leasebridge/routes"
 )
 
 func TestByteOrderInvolution(t *testing.T) {
@@ -66,5 +68,21 @@ func TestPlanLimits(t *testing.T) {
 	}
 	if got := len(plan(tags, false)); got != len(tags) {
 		t.Errorf("unmerged plan has %d requests, want %d", got, len(tags))
+	}
+}
+
+// TestEveryTagType: the device takes every type of the one list, so the
+// list and the codec cannot drift apart.
+func TestEveryTagType(t *testing.T) {
+	for _, typ := range types {
+		x := &routes.Tag{Name: "x", Address: "1", Type: typ, Length: 4}
+		if typ == "bool" {
+			x.Bit = ptr(3)
+		}
+		dev := &routes.Device{Kind: routes.KindModbusTCP, Address: "127.0.0.1:502",
+			Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{x}}}}
+		if _, err := New("plc1", dev); err != nil {
+			t.Errorf("type %s: %v", typ, err)
+		}
 	}
 }

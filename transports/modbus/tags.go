@@ -2,11 +2,16 @@ package modbus
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
 	"github.com/leasebridge/leasebridge/routes"
 )
+
+// types are the tag types Modbus registers hold: routes.TagTypes but the
+// 8-bit ones.
+var types = slices.DeleteFunc(slices.Clone(routes.TagTypes), func(t string) bool { return t == "int8" || t == "uint8" })
 
 // table is one of the four Modbus data tables.
 type table string
@@ -104,7 +109,7 @@ func parseTag(tg *routes.Tag, devOrder ByteOrder) (*tag, error) {
 			}
 			t.length = 2 * tg.Length
 		default:
-			return nil, fmt.Errorf("%w: tag %q: type %q: want bool, int16, uint16, int32, uint32, int64, uint64, float32, float64 or string", ErrConfig, tg.Name, tg.Type)
+			return nil, fmt.Errorf("%w: tag %q: type %q: want one of %s (registers hold no 8-bit types)", ErrConfig, tg.Name, tg.Type, strings.Join(types, ", "))
 		}
 		if tg.Bit != nil && typ != typeBool {
 			return nil, fmt.Errorf("%w: tag %q: bit needs type bool, not %q", ErrConfig, tg.Name, typ)

@@ -273,7 +273,7 @@ func parseTag(tg *routes.Tag) (*tag, error) {
 	if tg.Type != "" {
 		k, ok := typeIDs[strings.ToLower(tg.Type)]
 		if !ok {
-			return nil, fmt.Errorf("%w: tag %q: type %q: want bool, int8, uint8, int16, uint16, int32, uint32, int64, uint64, float32, float64 or string", ErrConfig, tg.Name, tg.Type)
+			return nil, fmt.Errorf("%w: tag %q: type %q: want one of %s", ErrConfig, tg.Name, tg.Type, strings.Join(routes.TagTypes, ", "))
 		}
 		t.kind = k
 	}

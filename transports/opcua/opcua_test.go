@@ -420,3 +420,15 @@ func TestConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryTagType: the node types cover every type of the one list.
+func TestEveryTagType(t *testing.T) {
+	for _, typ := range routes.TagTypes {
+		if _, ok := typeIDs[typ]; !ok {
+			t.Errorf("type %s has no OPC UA built-in type", typ)
+		}
+	}
+	if len(typeIDs) != len(routes.TagTypes) {
+		t.Errorf("%d OPC UA types for %d tag types", len(typeIDs), len(routes.TagTypes))
+	}
+}

@@ -445,3 +445,18 @@ func TestPack(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryTagType: the PLC takes every type of the one list.
+func TestEveryTagType(t *testing.T) {
+	for _, typ := range routes.TagTypes {
+		addr := "DB1.DBB0"
+		if typ == "bool" {
+			addr = "DB1.DBX0.0"
+		}
+		dev := &routes.Device{Kind: routes.KindS7, Address: "127.0.0.1", Slot: 1,
+			Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Name: "x", Address: addr, Type: typ, Length: 4}}}}}
+		if _, err := New("plc7", dev); err != nil {
+			t.Errorf("type %s: %v", typ, err)
+		}
+	}
+}

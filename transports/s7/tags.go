@@ -195,7 +195,7 @@ func parseTag(tg *routes.Tag) (*tag, error) {
 				return nil, fmt.Errorf("%w: tag %q: a string needs length 1..%d", ErrConfig, tg.Name, maxString)
 			}
 		} else if _, ok := sizes[typ]; !ok {
-			return nil, fmt.Errorf("%w: tag %q: type %q: want bool, int8, uint8, int16, uint16, int32, uint32, int64, uint64, float32, float64 or string (or a TIA name such as INT, DINT, REAL, LREAL)", ErrConfig, tg.Name, tg.Type)
+			return nil, fmt.Errorf("%w: tag %q: type %q: want one of %s (or a TIA name such as INT, DINT, REAL, LREAL)", ErrConfig, tg.Name, tg.Type, strings.Join(routes.TagTypes, ", "))
 		} else if width != "B" && sizes[typ] != sizes[def] {
 			// DBB only fixes the start, so it may begin a value of any
 			// size; DBW and DBD promise a width.
