@@ -150,7 +150,7 @@ func (c *Config) checkClientIDs() Errors {
 		seen := map[string]string{} // url + client id -> broker name
 		for _, u := range bySession[session] {
 			b := c.Brokers[u.name]
-			id := strings.NewReplacer("{session}", session, "{node}", c.Node).Replace(b.ClientID)
+			id := ClientID(b.ClientID, session, c.Node)
 			key := b.URL + " " + id
 			if other, ok := seen[key]; ok && other != u.name {
 				errs = append(errs, c.errAt(fmt.Sprintf("routes[%d]", u.route),
