@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -266,9 +267,17 @@ func TestWatchdogRecreatesLostSubscription(t *testing.T) {
 	srv.Srv.SubscriptionService.DeleteSubscription(ids[0])
 	srv.Space.Set("count", int32(42))
 	c.wait(t, "count", int32(42))
-	r.tr.mu.Lock()
-	recreated, sessions := r.tr.recreated, r.tr.sessions
-	r.tr.mu.Unlock()
+	// The new subscription may deliver before the watchdog counts it.
+	var recreated, sessions int
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		r.tr.mu.Lock()
+		recreated, sessions = r.tr.recreated, r.tr.sessions
+		r.tr.mu.Unlock()
+		if recreated >= 1 || time.Now().After(deadline) {
+			break
+		}
+		runtime.Gosched()
+	}
 	if recreated < 1 || sessions != 1 {
 		t.Errorf("recreated %d subscriptions over %d sessions; want at least 1 over 1", recreated, sessions)
 	}
