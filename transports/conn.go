@@ -7,21 +7,27 @@ import (
 	"time"
 )
 
-// ConnErrors are a device package's sentinels that Conn wraps, so every
-// error a transport returns still names its own package.
-type ConnErrors struct {
+// DeviceErrors are a device package's sentinels that Conn and Catalog
+// wrap, so every error a transport returns still names its own package.
+type DeviceErrors struct {
+	// Config: an invalid configuration, or Open called twice.
+	Config error
 	// Closed: the transport is closed or its owner context has ended.
 	Closed error
 	// NotOpen: a request before Open.
 	NotOpen error
-	// Config: Open called twice.
-	Config error
 	// Connect: a connection attempt failed.
 	Connect error
 	// Timeout: no reply within the request timeout.
 	Timeout error
 	// IO: the connection broke during a request.
 	IO error
+	// UnknownGroup: a poll of a group the device does not define.
+	UnknownGroup error
+	// UnknownTag: a write to a tag the device does not define.
+	UnknownTag error
+	// ReadOnly: a write to a tag not marked writable.
+	ReadOnly error
 }
 
 // ConnConfig describes one device connection to NewConn.
@@ -33,7 +39,7 @@ type ConnConfig[C comparable] struct {
 	// ConnectTimeout, RequestTimeout and CloseTimeout are the device's
 	// bounds: activation is one connect and one request.
 	ConnectTimeout, RequestTimeout, CloseTimeout time.Duration
-	Errors                                       ConnErrors
+	Errors                                       DeviceErrors
 	// Dial makes a connection; ctx ends at connect_timeout, at Close and
 	// when the owner context ends.
 	Dial func(ctx context.Context) (C, error)

@@ -63,6 +63,9 @@ var (
 	ErrReadOnly = transports.Sentinel("modbus: tag not writable", transports.ErrReadOnly)
 )
 
+var errs = transports.DeviceErrors{Config: ErrConfig, Closed: ErrClosed, NotOpen: ErrNotOpen, Connect: ErrConnect,
+	Timeout: ErrTimeout, IO: ErrIO, UnknownGroup: ErrUnknownGroup, UnknownTag: ErrUnknownTag, ReadOnly: ErrReadOnly}
+
 func init() {
 	transports.Register(routes.KindModbusTCP, factory)
 	transports.Register(routes.KindModbusRTU, factory)
@@ -121,9 +124,8 @@ type Transport struct {
 	serial  routes.Serial
 	merge   bool
 
-	groups map[string]*group
-	tags   map[string]*tag
-	first  *request // the read that proves activation; nil without tags
+	*transports.Catalog[*group, *tag]
+	first *request // the read that proves activation; nil without tags
 
 	// dial opens a connection; tests replace it to reach an in-memory
 	// serial line.
@@ -148,8 +150,6 @@ func New(name string, dev *routes.Device) (*Transport, error) {
 		address: dev.Address,
 		serial:  dev.Serial,
 		merge:   dev.MergeRequests == nil || *dev.MergeRequests,
-		groups:  map[string]*group{},
-		tags:    map[string]*tag{},
 	}
 	switch dev.Kind {
 	case routes.KindModbusTCP:
@@ -184,43 +184,23 @@ func New(name string, dev *routes.Device) (*Transport, error) {
 		}
 		order = o
 	}
-	for _, pg := range dev.Groups {
-		if pg == nil {
-			continue
-		}
-		if _, dup := t.groups[pg.Name]; dup {
-			return nil, fmt.Errorf("%w: device %q: poll group %q defined twice", ErrConfig, name, pg.Name)
-		}
-		if pg.Mode != "" && pg.Mode != "poll" {
-			return nil, fmt.Errorf("%w: device %q: group %q: mode %q: Modbus only polls", ErrConfig, name, pg.Name, pg.Mode)
-		}
-		g := &group{name: pg.Name}
-		for _, tg := range pg.Tags {
-			if tg == nil {
-				continue
+	var err error
+	t.Catalog, err = transports.NewCatalog(name, dev, []string{"poll"}, errs,
+		func(tg *routes.Tag) (*tag, error) { return parseTag(tg, order) },
+		func(pg *routes.PollGroup, tags []*tag) *group {
+			g := &group{name: pg.Name, tags: tags, reqs: plan(tags, t.merge)}
+			if t.first == nil && len(g.reqs) > 0 {
+				t.first = &g.reqs[0]
 			}
-			pt, err := parseTag(tg, order)
-			if err != nil {
-				return nil, fmt.Errorf("device %q: group %q: %w", name, pg.Name, err)
-			}
-			if _, dup := t.tags[pt.name]; dup {
-				return nil, fmt.Errorf("%w: device %q: tag %q defined twice", ErrConfig, name, pt.name)
-			}
-			t.tags[pt.name] = pt
-			g.tags = append(g.tags, pt)
-		}
-		g.reqs = plan(g.tags, t.merge)
-		if t.first == nil && len(g.reqs) > 0 {
-			t.first = &g.reqs[0]
-		}
-		t.groups[g.name] = g
+			return g
+		})
+	if err != nil {
+		return nil, err
 	}
 	connect, request, closing := dev.Timeouts()
 	t.Conn = transports.NewConn(transports.ConnConfig[*mconn]{
 		Name: name, Where: t.address,
-		ConnectTimeout: connect, RequestTimeout: request, CloseTimeout: closing,
-		Errors: transports.ConnErrors{Closed: ErrClosed, NotOpen: ErrNotOpen, Config: ErrConfig,
-			Connect: ErrConnect, Timeout: ErrTimeout, IO: ErrIO},
+		ConnectTimeout: connect, RequestTimeout: request, CloseTimeout: closing, Errors: errs,
 		Dial:   t.connect,
 		Hangup: func(c *mconn) { _ = c.l.close() },
 	})
@@ -397,9 +377,9 @@ func (t *Transport) read(ctx context.Context, tb table, start uint16, count int)
 // only its own tag. Poll fails, with every value Bad, only when the device
 // cannot be reached.
 func (t *Transport) Poll(ctx context.Context, name string) ([]transports.Value, error) {
-	g, ok := t.groups[name]
-	if !ok {
-		return nil, fmt.Errorf("%w %q on device %q", ErrUnknownGroup, name, t.name)
+	g, err := t.Group(name)
+	if err != nil {
+		return nil, err
 	}
 	t.Lock()
 	defer t.Unlock()
@@ -474,12 +454,9 @@ func decodeValue(tg *tag, raw []byte, start uint16, now time.Time) transports.Va
 // number, a json.Number or a decimal string; scale and offset are
 // inverted first.
 func (t *Transport) Write(ctx context.Context, name string, value any) error {
-	tg, ok := t.tags[name]
-	if !ok {
-		return fmt.Errorf("%w %q on device %q", ErrUnknownTag, name, t.name)
-	}
-	if !tg.writable {
-		return fmt.Errorf("%w: tag %q on device %q (set writable: true)", ErrReadOnly, name, t.name)
+	tg, err := t.Writable(name)
+	if err != nil {
+		return err
 	}
 	t.Lock()
 	defer t.Unlock()

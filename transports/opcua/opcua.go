@@ -69,6 +69,9 @@ var (
 	ErrReadOnly = transports.Sentinel("opcua: tag not writable", transports.ErrReadOnly)
 )
 
+var errs = transports.DeviceErrors{Config: ErrConfig, Closed: ErrClosed, NotOpen: ErrNotOpen, Connect: ErrConnect,
+	Timeout: ErrTimeout, IO: ErrIO, UnknownGroup: ErrUnknownGroup, UnknownTag: ErrUnknownTag, ReadOnly: ErrReadOnly}
+
 func init() {
 	transports.Register(routes.KindOPCUA, func(name string, cfg any) (transports.Transport, error) {
 		dev, ok := cfg.(*routes.Device)
@@ -93,7 +96,6 @@ type tag struct {
 	scale    *float64
 	offset   float64
 	deadband float64
-	writable bool
 }
 
 type group struct {
@@ -120,9 +122,8 @@ type Transport struct {
 
 	connectTimeout, requestTimeout, closeTimeout time.Duration
 
-	groups map[string]*group
-	tags   map[string]*tag
-	subs   []*group
+	*transports.Catalog[*group, *tag]
+	subs []*group
 
 	// mu guards the fields below; it is never held during I/O.
 	mu        sync.Mutex
@@ -173,15 +174,13 @@ func New(name string, dev *routes.Device) (*Transport, error) {
 	}
 	t := &Transport{
 		name: name, endpoint: dev.Address, certFile: dev.CertFile, keyFile: dev.KeyFile, creds: dev.Credentials,
-		groups: map[string]*group{}, tags: map[string]*tag{},
 		cache: map[string]transports.Value{}, kinds: map[string]ua.TypeID{},
 	}
 	t.connectTimeout, t.requestTimeout, t.closeTimeout = dev.Timeouts()
 	t.Conn = transports.NewConn(transports.ConnConfig[*session]{
 		Name: name, Where: t.endpoint,
 		ConnectTimeout: t.connectTimeout, RequestTimeout: t.requestTimeout, CloseTimeout: t.closeTimeout,
-		Errors: transports.ConnErrors{Closed: ErrClosed, NotOpen: ErrNotOpen, Config: ErrConfig,
-			Connect: ErrConnect, Timeout: ErrTimeout, IO: ErrIO},
+		Errors: errs,
 		Dial:   t.connect,
 		Hangup: t.closeSession,
 		Alive:  func(s *session) bool { return s.c.State() == opcua.Connected },
@@ -217,47 +216,30 @@ func New(name string, dev *routes.Device) (*Transport, error) {
 	if t.creds.Username != "" && t.creds.PasswordFile == "" && t.creds.PasswordEnv == "" {
 		return nil, fmt.Errorf("%w: device %q: username %q needs password_file or password_env", ErrConfig, name, t.creds.Username)
 	}
-	for _, pg := range dev.Groups {
-		if pg == nil {
-			continue
-		}
-		if _, dup := t.groups[pg.Name]; dup {
-			return nil, fmt.Errorf("%w: device %q: poll group %q defined twice", ErrConfig, name, pg.Name)
-		}
-		g := &group{name: pg.Name, sampling: pg.Interval.D(), publishing: pg.PublishingInterval.D()}
-		switch pg.Mode {
-		case "", "poll":
-		case "subscribe":
-			g.subscribe = true
-		default:
-			return nil, fmt.Errorf("%w: device %q: group %q: mode %q: want poll or subscribe", ErrConfig, name, pg.Name, pg.Mode)
-		}
-		if g.sampling <= 0 {
-			g.sampling = routes.DefaultPollInterval
-		}
-		if g.publishing <= 0 {
-			g.publishing = g.sampling
-		}
-		for _, tg := range pg.Tags {
-			if tg == nil {
-				continue
-			}
-			pt, err := parseTag(tg)
-			if err != nil {
-				return nil, fmt.Errorf("device %q: group %q: %w", name, pg.Name, err)
-			}
-			if _, dup := t.tags[pt.name]; dup {
-				return nil, fmt.Errorf("%w: device %q: tag %q defined twice", ErrConfig, name, pt.name)
-			}
-			t.tags[pt.name] = pt
-			g.tags = append(g.tags, pt)
-		}
-		t.groups[g.name] = g
-		if g.subscribe && len(g.tags) > 0 {
-			t.subs = append(t.subs, g)
-		}
+	var err error
+	t.Catalog, err = transports.NewCatalog(name, dev, []string{"poll", "subscribe"}, errs, parseTag, t.group)
+	if err != nil {
+		return nil, err
 	}
 	return t, nil
+}
+
+// group builds a poll or subscribe group; a subscribe group samples at
+// its interval and publishes at its publishing interval (by default the
+// same).
+func (t *Transport) group(pg *routes.PollGroup, tags []*tag) *group {
+	g := &group{name: pg.Name, subscribe: pg.Mode == "subscribe", tags: tags,
+		sampling: pg.Interval.D(), publishing: pg.PublishingInterval.D()}
+	if g.sampling <= 0 {
+		g.sampling = routes.DefaultPollInterval
+	}
+	if g.publishing <= 0 {
+		g.publishing = g.sampling
+	}
+	if g.subscribe && len(g.tags) > 0 {
+		t.subs = append(t.subs, g)
+	}
+	return g
 }
 
 func parseTag(tg *routes.Tag) (*tag, error) {
@@ -269,7 +251,7 @@ func parseTag(tg *routes.Tag) (*tag, error) {
 	if err != nil || !nodeIDForm.MatchString(addr) {
 		return nil, fmt.Errorf("%w: tag %q: address %q: want a node id such as ns=2;s=Temperature, ns=3;i=1001, ns=2;g=<GUID> or ns=2;b=<base64>", ErrAddress, tg.Name, tg.Address)
 	}
-	t := &tag{name: tg.Name, address: tg.Address, node: n, scale: tg.Scale, offset: tg.Offset, deadband: tg.Deadband, writable: tg.Writable}
+	t := &tag{name: tg.Name, address: tg.Address, node: n, scale: tg.Scale, offset: tg.Offset, deadband: tg.Deadband}
 	if tg.Type != "" {
 		k, ok := typeIDs[strings.ToLower(tg.Type)]
 		if !ok {
@@ -566,9 +548,9 @@ func (t *Transport) value(tg *tag, dv *ua.DataValue, now time.Time) transports.V
 // status; Poll fails, with every value Bad, only when the server cannot be
 // reached.
 func (t *Transport) Poll(ctx context.Context, name string) ([]transports.Value, error) {
-	g, ok := t.groups[name]
-	if !ok {
-		return nil, fmt.Errorf("%w %q on device %q", ErrUnknownGroup, name, t.name)
+	g, err := t.Group(name)
+	if err != nil {
+		return nil, err
 	}
 	t.Lock()
 	defer t.Unlock()
@@ -630,12 +612,9 @@ func (t *Transport) failAll(g *group, err error) []transports.Value {
 // read first if unknown). value may be a bool, any Go number, a
 // json.Number or a string; scale and offset are inverted first.
 func (t *Transport) Write(ctx context.Context, name string, value any) error {
-	tg, ok := t.tags[name]
-	if !ok {
-		return fmt.Errorf("%w %q on device %q", ErrUnknownTag, name, t.name)
-	}
-	if !tg.writable {
-		return fmt.Errorf("%w: tag %q on device %q (set writable: true)", ErrReadOnly, name, t.name)
+	tg, err := t.Writable(name)
+	if err != nil {
+		return err
 	}
 	wrap := func(err error) error {
 		return fmt.Errorf("write tag %q at %s on device %q: %w", tg.name, tg.address, t.name, err)

@@ -69,6 +69,9 @@ var (
 	ErrLibrary = errors.New("s7: unsupported gos7 version")
 )
 
+var errs = transports.DeviceErrors{Config: ErrConfig, Closed: ErrClosed, NotOpen: ErrNotOpen, Connect: ErrConnect,
+	Timeout: ErrTimeout, IO: ErrIO, UnknownGroup: ErrUnknownGroup, UnknownTag: ErrUnknownTag, ReadOnly: ErrReadOnly}
+
 func init() {
 	transports.Register(routes.KindS7, func(name string, cfg any) (transports.Transport, error) {
 		dev, ok := cfg.(*routes.Device)
@@ -135,9 +138,8 @@ type Transport struct {
 
 	connectTimeout, requestTimeout time.Duration
 
-	groups map[string]*group
-	tags   map[string]*tag
-	first  *group
+	*transports.Catalog[*group, *tag]
+	first *group
 }
 
 // New builds a transport for an s7 device, checking every tag.
@@ -150,8 +152,6 @@ func New(name string, dev *routes.Device) (*Transport, error) {
 	}
 	t := &Transport{
 		name: name, address: dev.Address, rack: dev.Rack, slot: dev.Slot,
-		groups: map[string]*group{},
-		tags:   map[string]*tag{},
 	}
 	if _, _, err := net.SplitHostPort(t.address); err != nil {
 		if t.address == "" || strings.Contains(t.address, ":") {
@@ -163,44 +163,24 @@ func New(name string, dev *routes.Device) (*Transport, error) {
 	if t.rack < 0 || t.rack > 7 || t.slot < 0 || t.slot > 31 {
 		return nil, fmt.Errorf("%w: device %q: rack %d slot %d: want rack 0..7 and slot 0..31", ErrConfig, name, t.rack, t.slot)
 	}
-	for _, pg := range dev.Groups {
-		if pg == nil {
-			continue
-		}
-		if _, dup := t.groups[pg.Name]; dup {
-			return nil, fmt.Errorf("%w: device %q: poll group %q defined twice", ErrConfig, name, pg.Name)
-		}
-		if pg.Mode != "" && pg.Mode != "poll" {
-			return nil, fmt.Errorf("%w: device %q: group %q: mode %q: S7 only polls", ErrConfig, name, pg.Name, pg.Mode)
-		}
-		g := &group{name: pg.Name}
-		for _, tg := range pg.Tags {
-			if tg == nil {
-				continue
+	var err error
+	t.Catalog, err = transports.NewCatalog(name, dev, []string{"poll"}, errs, parseTag,
+		func(pg *routes.PollGroup, tags []*tag) *group {
+			g := &group{name: pg.Name, tags: tags, spans: spans(tags)}
+			if t.first == nil && len(g.spans) > 0 {
+				t.first = g
 			}
-			pt, err := parseTag(tg)
-			if err != nil {
-				return nil, fmt.Errorf("device %q: group %q: %w", name, pg.Name, err)
-			}
-			if _, dup := t.tags[pt.name]; dup {
-				return nil, fmt.Errorf("%w: device %q: tag %q defined twice", ErrConfig, name, pt.name)
-			}
-			t.tags[pt.name] = pt
-			g.tags = append(g.tags, pt)
-		}
-		g.spans = spans(g.tags)
-		if t.first == nil && len(g.spans) > 0 {
-			t.first = g
-		}
-		t.groups[g.name] = g
+			return g
+		})
+	if err != nil {
+		return nil, err
 	}
 	var closing time.Duration
 	t.connectTimeout, t.requestTimeout, closing = dev.Timeouts()
 	t.Conn = transports.NewConn(transports.ConnConfig[*conn]{
 		Name: name, Where: fmt.Sprintf("%s (rack %d, slot %d)", t.address, t.rack, t.slot),
 		ConnectTimeout: t.connectTimeout, RequestTimeout: t.requestTimeout, CloseTimeout: closing,
-		Errors: transports.ConnErrors{Closed: ErrClosed, NotOpen: ErrNotOpen, Config: ErrConfig,
-			Connect: ErrConnect, Timeout: ErrTimeout, IO: ErrIO},
+		Errors: errs,
 		Dial:   t.dial,
 		Hangup: (*conn).close,
 	})
@@ -370,9 +350,9 @@ const wordLenByte = 0x02
 // they are read one by one, so one bad address spoils only its own tag.
 // Poll fails, with every value Bad, only when the PLC cannot be reached.
 func (t *Transport) Poll(ctx context.Context, name string) ([]transports.Value, error) {
-	g, ok := t.groups[name]
-	if !ok {
-		return nil, fmt.Errorf("%w %q on device %q", ErrUnknownGroup, name, t.name)
+	g, err := t.Group(name)
+	if err != nil {
+		return nil, err
 	}
 	t.Lock()
 	defer t.Unlock()
@@ -445,12 +425,9 @@ func bad(tg *tag, err error, now time.Time) transports.Value {
 // jobs as the PDU requires. value may be a bool, any Go number, a
 // json.Number or a decimal string; scale and offset are inverted first.
 func (t *Transport) Write(ctx context.Context, name string, value any) error {
-	tg, ok := t.tags[name]
-	if !ok {
-		return fmt.Errorf("%w %q on device %q", ErrUnknownTag, name, t.name)
-	}
-	if !tg.writable {
-		return fmt.Errorf("%w: tag %q on device %q (set writable: true)", ErrReadOnly, name, t.name)
+	tg, err := t.Writable(name)
+	if err != nil {
+		return err
 	}
 	wrap := func(err error) error {
 		return fmt.Errorf("write tag %q at %s on device %q: %w", tg.name, tg.address, t.name, err)

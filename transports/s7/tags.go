@@ -69,18 +69,17 @@ const maxString = 254
 
 // tag is a parsed routes.Tag.
 type tag struct {
-	name     string
-	address  string
-	area     area
-	db       int
-	start    int // first byte
-	bit      int // bit of a bool, else -1
-	size     int // bytes on the PLC, the STRING header included
-	typ      dataType
-	strMax   int // declared length of a STRING
-	scale    *float64
-	offset   float64
-	writable bool
+	name    string
+	address string
+	area    area
+	db      int
+	start   int // first byte
+	bit     int // bit of a bool, else -1
+	size    int // bytes on the PLC, the STRING header included
+	typ     dataType
+	strMax  int // declared length of a STRING
+	scale   *float64
+	offset  float64
 }
 
 var (
@@ -96,7 +95,7 @@ func parseTag(tg *routes.Tag) (*tag, error) {
 	if tg.Name == "" {
 		return nil, fmt.Errorf("%w: a tag at address %q has no name", ErrConfig, tg.Address)
 	}
-	t := &tag{name: tg.Name, address: tg.Address, bit: -1, scale: tg.Scale, offset: tg.Offset, writable: tg.Writable}
+	t := &tag{name: tg.Name, address: tg.Address, bit: -1, scale: tg.Scale, offset: tg.Offset}
 	bad := func(why string) error {
 		return fmt.Errorf("%w: tag %q: address %q: %s", ErrAddress, tg.Name, tg.Address, why)
 	}
