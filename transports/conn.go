@@ -2,6 +2,7 @@ package transports
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -28,6 +29,23 @@ type DeviceErrors struct {
 	UnknownTag error
 	// ReadOnly: a write to a tag not marked writable.
 	ReadOnly error
+	// Value: a written value that does not fit its tag.
+	Value error
+}
+
+// NewDeviceErrors returns the sentinels of device package pkg, each
+// reading "pkg: ..."; UnknownTag, ReadOnly and Value also match the
+// refusals ErrUnknownTag, ErrReadOnly and ErrBadValue with errors.Is.
+func NewDeviceErrors(pkg string) DeviceErrors {
+	e := func(text string) error { return errors.New(pkg + ": " + text) }
+	return DeviceErrors{
+		Config: e("invalid configuration"), Closed: e("transport closed"), NotOpen: e("transport not open"),
+		Connect: e("connect failed"), Timeout: e("request timed out"), IO: e("connection failed"),
+		UnknownGroup: e("unknown poll group"),
+		UnknownTag:   Sentinel(pkg+": unknown tag", ErrUnknownTag),
+		ReadOnly:     Sentinel(pkg+": tag not writable", ErrReadOnly),
+		Value:        Sentinel(pkg+": invalid value", ErrBadValue),
+	}
 }
 
 // ConnConfig describes one device connection to NewConn.

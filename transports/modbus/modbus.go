@@ -28,43 +28,28 @@ import (
 	"github.com/leasebridge/leasebridge/transports/tagvalue"
 )
 
-// Sentinel errors; every error the package returns wraps one of them (or a
-// context error) and names the device, tag or address at fault.
+// Sentinel errors every device transport has (transports.DeviceErrors),
+// each reading "modbus: ...".
 var (
-	// ErrConfig reports an invalid device or tag configuration.
-	ErrConfig = errors.New("modbus: invalid configuration")
+	errs = transports.NewDeviceErrors("modbus")
+
+	ErrConfig, ErrClosed, ErrNotOpen, ErrConnect, ErrTimeout     = errs.Config, errs.Closed, errs.NotOpen, errs.Connect, errs.Timeout
+	ErrIO, ErrUnknownGroup, ErrUnknownTag, ErrReadOnly, ErrValue = errs.IO, errs.UnknownGroup, errs.UnknownTag, errs.ReadOnly, errs.Value
+)
+
+// Sentinel errors of this package alone. Every error the package returns
+// wraps one of these or of the shared ones above (or a context error) and
+// names the device, tag or address at fault.
+var (
 	// ErrAddress reports a tag address that does not parse.
 	ErrAddress = errors.New("modbus: invalid address")
 	// ErrType reports a value type the package does not know.
 	ErrType = errors.New("modbus: unknown type")
-	// ErrValue reports a written value that does not fit its tag.
-	ErrValue = transports.Sentinel("modbus: invalid value", transports.ErrBadValue)
 	// ErrFrame reports a malformed reply; the connection is closed.
 	ErrFrame = errors.New("modbus: malformed reply")
-	// ErrTimeout reports a device that did not answer within the request
-	// timeout; the connection is closed.
-	ErrTimeout = errors.New("modbus: request timed out")
-	// ErrConnect reports a failed connection attempt.
-	ErrConnect = errors.New("modbus: connect failed")
-	// ErrIO reports a connection that broke during a request.
-	ErrIO = errors.New("modbus: connection failed")
 	// ErrException matches every ExceptionError with errors.Is.
 	ErrException = errors.New("modbus: exception")
-	// ErrClosed reports use of a transport that is closed or whose owner
-	// context has ended.
-	ErrClosed = errors.New("modbus: transport closed")
-	// ErrNotOpen reports a poll or write before Open.
-	ErrNotOpen = errors.New("modbus: transport not open")
-	// ErrUnknownTag reports a write to a tag the device does not define.
-	ErrUnknownTag = transports.Sentinel("modbus: unknown tag", transports.ErrUnknownTag)
-	// ErrUnknownGroup reports a poll of a group the device does not define.
-	ErrUnknownGroup = errors.New("modbus: unknown poll group")
-	// ErrReadOnly reports a write to a tag not marked writable.
-	ErrReadOnly = transports.Sentinel("modbus: tag not writable", transports.ErrReadOnly)
 )
-
-var errs = transports.DeviceErrors{Config: ErrConfig, Closed: ErrClosed, NotOpen: ErrNotOpen, Connect: ErrConnect,
-	Timeout: ErrTimeout, IO: ErrIO, UnknownGroup: ErrUnknownGroup, UnknownTag: ErrUnknownTag, ReadOnly: ErrReadOnly}
 
 func init() {
 	transports.Register(routes.KindModbusTCP, factory)

@@ -35,42 +35,27 @@ import (
 	"github.com/leasebridge/leasebridge/transports/tagvalue"
 )
 
-// Sentinel errors; every error the package returns wraps one of them (or a
-// context error) and names the device, tag or node at fault.
+// Sentinel errors every device transport has (transports.DeviceErrors),
+// each reading "opcua: ...".
 var (
-	// ErrConfig reports an invalid device or tag configuration.
-	ErrConfig = errors.New("opcua: invalid configuration")
+	errs = transports.NewDeviceErrors("opcua")
+
+	ErrConfig, ErrClosed, ErrNotOpen, ErrConnect, ErrTimeout     = errs.Config, errs.Closed, errs.NotOpen, errs.Connect, errs.Timeout
+	ErrIO, ErrUnknownGroup, ErrUnknownTag, ErrReadOnly, ErrValue = errs.IO, errs.UnknownGroup, errs.UnknownTag, errs.ReadOnly, errs.Value
+)
+
+// Sentinel errors of this package alone. Every error the package returns
+// wraps one of these or of the shared ones above (or a context error) and
+// names the device, tag or node at fault.
+var (
 	// ErrAddress reports a tag address that is not a node id.
 	ErrAddress = errors.New("opcua: invalid node id")
-	// ErrValue reports a written value that does not fit its node.
-	ErrValue = transports.Sentinel("opcua: invalid value", transports.ErrBadValue)
-	// ErrConnect reports a failed connection, secure channel or session.
-	ErrConnect = errors.New("opcua: connect failed")
-	// ErrTimeout reports a server that did not answer within the request
-	// timeout; the session is closed.
-	ErrTimeout = errors.New("opcua: request timed out")
-	// ErrIO reports a session that broke during a request.
-	ErrIO = errors.New("opcua: connection failed")
 	// ErrStatus reports a node or service the server answered with a bad
 	// status code; the session stays open.
 	ErrStatus = errors.New("opcua: bad status")
 	// ErrNoValue reports a subscribed tag with no notification yet.
 	ErrNoValue = errors.New("opcua: no value yet")
-	// ErrClosed reports use of a transport that is closed or whose owner
-	// context has ended.
-	ErrClosed = errors.New("opcua: transport closed")
-	// ErrNotOpen reports a poll or write before Open.
-	ErrNotOpen = errors.New("opcua: transport not open")
-	// ErrUnknownTag reports a write to a tag the device does not define.
-	ErrUnknownTag = transports.Sentinel("opcua: unknown tag", transports.ErrUnknownTag)
-	// ErrUnknownGroup reports a poll of a group the device does not define.
-	ErrUnknownGroup = errors.New("opcua: unknown poll group")
-	// ErrReadOnly reports a write to a tag not marked writable.
-	ErrReadOnly = transports.Sentinel("opcua: tag not writable", transports.ErrReadOnly)
 )
-
-var errs = transports.DeviceErrors{Config: ErrConfig, Closed: ErrClosed, NotOpen: ErrNotOpen, Connect: ErrConnect,
-	Timeout: ErrTimeout, IO: ErrIO, UnknownGroup: ErrUnknownGroup, UnknownTag: ErrUnknownTag, ReadOnly: ErrReadOnly}
 
 func init() {
 	transports.Register(routes.KindOPCUA, func(name string, cfg any) (transports.Transport, error) {

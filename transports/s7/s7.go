@@ -34,43 +34,27 @@ import (
 	"github.com/leasebridge/leasebridge/transports/tagvalue"
 )
 
-// Sentinel errors; every error the package returns wraps one of them (or a
-// context error) and names the device, tag or address at fault.
+// Sentinel errors every device transport has (transports.DeviceErrors),
+// each reading "s7: ...".
 var (
-	// ErrConfig reports an invalid device or tag configuration.
-	ErrConfig = errors.New("s7: invalid configuration")
+	errs = transports.NewDeviceErrors("s7")
+
+	ErrConfig, ErrClosed, ErrNotOpen, ErrConnect, ErrTimeout     = errs.Config, errs.Closed, errs.NotOpen, errs.Connect, errs.Timeout
+	ErrIO, ErrUnknownGroup, ErrUnknownTag, ErrReadOnly, ErrValue = errs.IO, errs.UnknownGroup, errs.UnknownTag, errs.ReadOnly, errs.Value
+)
+
+// Sentinel errors of this package alone. Every error the package returns
+// wraps one of these or of the shared ones above (or a context error) and
+// names the device, tag or address at fault.
+var (
 	// ErrAddress reports a tag address that does not parse.
 	ErrAddress = errors.New("s7: invalid address")
-	// ErrValue reports a written value that does not fit its tag.
-	ErrValue = transports.Sentinel("s7: invalid value", transports.ErrBadValue)
-	// ErrConnect reports a failed connection: TCP, COTP or PDU negotiation.
-	ErrConnect = errors.New("s7: connect failed")
-	// ErrTimeout reports a PLC that did not answer within the request
-	// timeout; the connection is closed.
-	ErrTimeout = errors.New("s7: request timed out")
-	// ErrIO reports a connection that broke or a malformed reply; the
-	// connection is closed.
-	ErrIO = errors.New("s7: connection failed")
 	// ErrItem matches every ItemError with errors.Is.
 	ErrItem = errors.New("s7: PLC refused the item")
-	// ErrClosed reports use of a transport that is closed or whose owner
-	// context has ended.
-	ErrClosed = errors.New("s7: transport closed")
-	// ErrNotOpen reports a poll or write before Open.
-	ErrNotOpen = errors.New("s7: transport not open")
-	// ErrUnknownTag reports a write to a tag the device does not define.
-	ErrUnknownTag = transports.Sentinel("s7: unknown tag", transports.ErrUnknownTag)
-	// ErrUnknownGroup reports a poll of a group the device does not define.
-	ErrUnknownGroup = errors.New("s7: unknown poll group")
-	// ErrReadOnly reports a write to a tag not marked writable.
-	ErrReadOnly = transports.Sentinel("s7: tag not writable", transports.ErrReadOnly)
 	// ErrLibrary reports a gos7 build whose internals this package does not
 	// recognise; it cannot hand the library its socket.
 	ErrLibrary = errors.New("s7: unsupported gos7 version")
 )
-
-var errs = transports.DeviceErrors{Config: ErrConfig, Closed: ErrClosed, NotOpen: ErrNotOpen, Connect: ErrConnect,
-	Timeout: ErrTimeout, IO: ErrIO, UnknownGroup: ErrUnknownGroup, UnknownTag: ErrUnknownTag, ReadOnly: ErrReadOnly}
 
 func init() {
 	transports.Register(routes.KindS7, func(name string, cfg any) (transports.Transport, error) {
