@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/leasebridge/leasebridge/routes"
 )
@@ -18,6 +19,7 @@ type Catalog[G, T any] struct {
 	groups   map[string]G
 	tags     map[string]T
 	writable map[string]bool
+	names    map[string][]string // each group's tag names in order
 }
 
 // NewCatalog parses dev's groups in order: parse turns each tag into T,
@@ -26,7 +28,7 @@ type Catalog[G, T any] struct {
 // naming the device and group.
 func NewCatalog[G, T any](device string, dev *routes.Device, modes []string, errs DeviceErrors,
 	parse func(*routes.Tag) (T, error), group func(pg *routes.PollGroup, tags []T) G) (*Catalog[G, T], error) {
-	c := &Catalog[G, T]{device: device, errs: errs, groups: map[string]G{}, tags: map[string]T{}, writable: map[string]bool{}}
+	c := &Catalog[G, T]{device: device, errs: errs, groups: map[string]G{}, tags: map[string]T{}, writable: map[string]bool{}, names: map[string][]string{}}
 	for _, pg := range dev.Groups {
 		if pg == nil {
 			continue
@@ -50,6 +52,7 @@ func NewCatalog[G, T any](device string, dev *routes.Device, modes []string, err
 				return nil, fmt.Errorf("%w: device %q: tag %q defined twice", errs.Config, device, tg.Name)
 			}
 			c.tags[tg.Name], c.writable[tg.Name] = pt, tg.Writable
+			c.names[pg.Name] = append(c.names[pg.Name], tg.Name)
 			tags = append(tags, pt)
 		}
 		c.groups[pg.Name] = group(pg, tags)
@@ -57,13 +60,30 @@ func NewCatalog[G, T any](device string, dev *routes.Device, modes []string, err
 	return c, nil
 }
 
-// Group returns the poll group name.
-func (c *Catalog[G, T]) Group(name string) (G, error) {
+// Group returns the poll group name and one Bad value per tag, in order,
+// for a poll to fill in.
+func (c *Catalog[G, T]) Group(name string) (G, []Value, error) {
 	g, ok := c.groups[name]
 	if !ok {
-		return g, fmt.Errorf("%w %q on device %q", c.errs.UnknownGroup, name, c.device)
+		return g, nil, fmt.Errorf("%w %q on device %q", c.errs.UnknownGroup, name, c.device)
 	}
-	return g, nil
+	vals := make([]Value, len(c.names[name]))
+	for i, n := range c.names[name] {
+		vals[i] = Value{Tag: n, Quality: Bad}
+	}
+	return g, vals, nil
+}
+
+// FailUnread gives every value not yet read (Bad without an error) err,
+// stamped now, and returns vals and err: a poll that lost its device.
+func FailUnread(vals []Value, err error) ([]Value, error) {
+	now := time.Now()
+	for i := range vals {
+		if vals[i].Quality == Bad && vals[i].Err == nil {
+			vals[i].Err, vals[i].Timestamp = err, now
+		}
+	}
+	return vals, err
 }
 
 // Writable returns the tag name for a write: it must exist and be marked

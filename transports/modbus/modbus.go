@@ -362,16 +362,12 @@ func (t *Transport) read(ctx context.Context, tb table, start uint16, count int)
 // only its own tag. Poll fails, with every value Bad, only when the device
 // cannot be reached.
 func (t *Transport) Poll(ctx context.Context, name string) ([]transports.Value, error) {
-	g, err := t.Group(name)
+	g, vals, err := t.Group(name)
 	if err != nil {
 		return nil, err
 	}
 	t.Lock()
 	defer t.Unlock()
-	vals := make([]transports.Value, len(g.tags))
-	for i, tg := range g.tags {
-		vals[i] = transports.Value{Tag: tg.name, Quality: transports.Bad}
-	}
 	for _, r := range g.reqs {
 		raw, err := t.read(ctx, r.table, r.start, r.count)
 		now := time.Now()
@@ -390,14 +386,14 @@ func (t *Transport) Poll(ctx context.Context, name string) ([]transports.Value, 
 					continue
 				}
 				if !errors.Is(err, ErrException) {
-					return failAll(vals, err, now), err
+					return transports.FailUnread(vals, err)
 				}
 				vals[i] = badValue(tg, err, now)
 			}
 		case errors.Is(err, ErrException):
 			vals[r.tags[0]] = badValue(g.tags[r.tags[0]], err, now)
 		default:
-			return failAll(vals, err, now), err
+			return transports.FailUnread(vals, err)
 		}
 	}
 	return vals, nil
@@ -405,16 +401,6 @@ func (t *Transport) Poll(ctx context.Context, name string) ([]transports.Value, 
 
 func badValue(tg *tag, err error, now time.Time) transports.Value {
 	return transports.Value{Tag: tg.name, Quality: transports.Bad, Err: fmt.Errorf("tag %q at %s %s: %w", tg.name, tg.table, tg.address, err), Timestamp: now}
-}
-
-// failAll marks every value not yet read Bad with err.
-func failAll(vals []transports.Value, err error, now time.Time) []transports.Value {
-	for i := range vals {
-		if vals[i].Quality == transports.Bad && vals[i].Err == nil {
-			vals[i].Err, vals[i].Timestamp = err, now
-		}
-	}
-	return vals
 }
 
 // decodeValue extracts one tag from a read starting at start.

@@ -533,42 +533,33 @@ func (t *Transport) value(tg *tag, dv *ua.DataValue, now time.Time) transports.V
 // status; Poll fails, with every value Bad, only when the server cannot be
 // reached.
 func (t *Transport) Poll(ctx context.Context, name string) ([]transports.Value, error) {
-	g, err := t.Group(name)
+	g, vals, err := t.Group(name)
 	if err != nil {
 		return nil, err
 	}
 	t.Lock()
 	defer t.Unlock()
-	vals := make([]transports.Value, len(g.tags))
-	var missing []int
-	t.mu.Lock()
-	for i, tg := range g.tags {
-		v, ok := t.cache[tg.name]
-		if g.subscribe && ok {
-			vals[i] = v
-			continue
-		}
-		missing = append(missing, i)
-	}
-	t.mu.Unlock()
 	s, err := t.session(ctx)
 	if err != nil {
-		return t.failAll(g, err), err
+		return transports.FailUnread(vals, err)
 	}
-	if len(missing) == 0 {
-		return vals, nil
+	cached, missing := t.cached(g)
+	if len(missing) > 0 {
+		nodes := make([]*ua.ReadValueID, len(missing))
+		for k, i := range missing {
+			nodes[k] = &ua.ReadValueID{NodeID: g.tags[i].node, AttributeID: ua.AttributeIDValue}
+		}
+		res, err := t.read(ctx, s, nodes)
+		if err != nil {
+			return transports.FailUnread(vals, err)
+		}
+		now := time.Now()
+		for k, i := range missing {
+			vals[i] = t.value(g.tags[i], res[k], now)
+		}
 	}
-	nodes := make([]*ua.ReadValueID, len(missing))
-	for k, i := range missing {
-		nodes[k] = &ua.ReadValueID{NodeID: g.tags[i].node, AttributeID: ua.AttributeIDValue}
-	}
-	res, err := t.read(ctx, s, nodes)
-	if err != nil {
-		return t.failAll(g, err), err
-	}
-	now := time.Now()
-	for k, i := range missing {
-		vals[i] = t.value(g.tags[i], res[k], now)
+	for i, v := range cached {
+		vals[i] = v
 	}
 	if g.subscribe {
 		t.mu.Lock()
@@ -583,13 +574,21 @@ func (t *Transport) Poll(ctx context.Context, name string) ([]transports.Value, 
 	return vals, nil
 }
 
-func (t *Transport) failAll(g *group, err error) []transports.Value {
-	now := time.Now()
-	vals := make([]transports.Value, len(g.tags))
+// cached returns the delivered values of a subscribe group's tags by
+// index, and the indexes of the tags to read (every tag of a poll group).
+func (t *Transport) cached(g *group) (map[int]transports.Value, []int) {
+	cached := map[int]transports.Value{}
+	var missing []int
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	for i, tg := range g.tags {
-		vals[i] = transports.Value{Tag: tg.name, Quality: transports.Bad, Err: err, Timestamp: now}
+		if v, ok := t.cache[tg.name]; g.subscribe && ok {
+			cached[i] = v
+			continue
+		}
+		missing = append(missing, i)
 	}
-	return vals
+	return cached, missing
 }
 
 // Write writes one writable tag, converting value exactly to the node's

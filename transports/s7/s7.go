@@ -334,25 +334,13 @@ const wordLenByte = 0x02
 // they are read one by one, so one bad address spoils only its own tag.
 // Poll fails, with every value Bad, only when the PLC cannot be reached.
 func (t *Transport) Poll(ctx context.Context, name string) ([]transports.Value, error) {
-	g, err := t.Group(name)
+	g, vals, err := t.Group(name)
 	if err != nil {
 		return nil, err
 	}
 	t.Lock()
 	defer t.Unlock()
-	vals := make([]transports.Value, len(g.tags))
-	for i, tg := range g.tags {
-		vals[i] = transports.Value{Tag: tg.name, Quality: transports.Bad}
-	}
-	fail := func(err error) ([]transports.Value, error) {
-		now := time.Now()
-		for i := range vals {
-			if vals[i].Err == nil && vals[i].Quality == transports.Bad {
-				vals[i].Err, vals[i].Timestamp = err, now
-			}
-		}
-		return vals, err
-	}
+	fail := func(err error) ([]transports.Value, error) { return transports.FailUnread(vals, err) }
 	c, err := t.connected(ctx)
 	if err != nil {
 		return fail(err)
