@@ -18,7 +18,9 @@ func catalog(groups ...*routes.PollGroup) (*transports.Catalog[string, string], 
 }
 
 func TestCatalogRefusals(t *testing.T) {
-	tag := func(name string, w bool) *routes.Tag { return &routes.Tag{Name: name, Address: "@" + name, Writable: w} }
+	tag := func(name string, w bool) *routes.Tag {
+		return &routes.Tag{Name: name, Address: "@" + name, Writable: w}
+	}
 	for _, tc := range []struct {
 		groups []*routes.PollGroup
 		want   string
