@@ -296,10 +296,7 @@ func (k *Conn[C]) Drop(c C) {
 // DropCurrent closes the current connection, if any.
 func (k *Conn[C]) DropCurrent() {
 	var zero C
-	k.mu.Lock()
-	c := k.cur
-	k.mu.Unlock()
-	if c != zero {
+	if c := k.Held(); c != zero {
 		k.Drop(c)
 	}
 }
