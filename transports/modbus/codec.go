@@ -158,38 +158,9 @@ func encodeRegisters(t *tag, v any) ([]byte, error) {
 		}
 		return b, nil
 	}
-	n, err := tagvalue.ToNumber(v)
+	big, err := tagvalue.BigEndian(v, string(t.typ), t.scale, t.offset)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrValue, err)
-	}
-	n = tagvalue.Unscale(n, t.scale, t.offset)
-	var big []byte
-	switch t.typ {
-	case typeFloat32, typeFloat64:
-		bits := uint(32)
-		if t.typ == typeFloat64 {
-			bits = 64
-		}
-		f, err := tagvalue.Float(n, bits)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrValue, err)
-		}
-		if bits == 32 {
-			big = binary.BigEndian.AppendUint32(nil, math.Float32bits(float32(f)))
-		} else {
-			big = binary.BigEndian.AppendUint64(nil, math.Float64bits(f))
-		}
-	default:
-		bits := uint(16 * t.typ.registers(0))
-		signedType := t.typ == typeInt16 || t.typ == typeInt32 || t.typ == typeInt64
-		u, err := tagvalue.Integer(n, signedType, bits)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrValue, err)
-		}
-		big = make([]byte, bits/8)
-		for i := range big {
-			big[len(big)-1-i] = byte(u >> (8 * uint(i)))
-		}
 	}
 	if len(big) == 2 {
 		if t.order.swapsBytes() {

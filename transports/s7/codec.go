@@ -58,35 +58,9 @@ func encode(t *tag, v any) ([]byte, error) {
 		copy(b[2:], s)
 		return b, nil
 	}
-	n, err := tagvalue.ToNumber(v)
+	b, err := tagvalue.BigEndian(v, string(t.typ), t.scale, t.offset)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrValue, err)
-	}
-	n = tagvalue.Unscale(n, t.scale, t.offset)
-	switch t.typ {
-	case typeFloat32, typeFloat64:
-		bits := uint(32)
-		if t.typ == typeFloat64 {
-			bits = 64
-		}
-		f, err := tagvalue.Float(n, bits)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrValue, err)
-		}
-		if bits == 32 {
-			return binary.BigEndian.AppendUint32(nil, math.Float32bits(float32(f))), nil
-		}
-		return binary.BigEndian.AppendUint64(nil, math.Float64bits(f)), nil
-	}
-	bits := uint(8 * t.size)
-	signedType := t.typ == typeInt8 || t.typ == typeInt16 || t.typ == typeInt32 || t.typ == typeInt64
-	u, err := tagvalue.Integer(n, signedType, bits)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrValue, err)
-	}
-	b := make([]byte, t.size)
-	for i := range b {
-		b[len(b)-1-i] = byte(u >> (8 * uint(i)))
 	}
 	return b, nil
 }

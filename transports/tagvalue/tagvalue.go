@@ -18,6 +18,7 @@
 package tagvalue
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -342,4 +343,53 @@ func Bool(v any) (bool, error) {
 		return true, nil
 	}
 	return false, errorf("%v is not a bool (want true, false, 0 or 1)", v)
+}
+
+// BigEndian converts a written value to the big-endian bytes of a numeric
+// tag type (int8 … uint64, float32, float64, as the configuration names
+// them), inverting scale and offset first: the wire form Modbus registers
+// and S7 memory share before Modbus applies its byte order.
+func BigEndian(v any, typ string, scale *float64, offset float64) ([]byte, error) {
+	n, err := ToNumber(v)
+	if err != nil {
+		return nil, err
+	}
+	n = Unscale(n, scale, offset)
+	switch typ {
+	case "float32", "float64":
+		bits := uint(32)
+		if typ == "float64" {
+			bits = 64
+		}
+		f, err := Float(n, bits)
+		if err != nil {
+			return nil, err
+		}
+		if bits == 32 {
+			return binary.BigEndian.AppendUint32(nil, math.Float32bits(float32(f))), nil
+		}
+		return binary.BigEndian.AppendUint64(nil, math.Float64bits(f)), nil
+	}
+	bits, err := intBits(typ)
+	if err != nil {
+		return nil, err
+	}
+	u, err := Integer(n, strings.HasPrefix(typ, "int"), bits)
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, bits/8)
+	for i := range b {
+		b[len(b)-1-i] = byte(u >> (8 * uint(i)))
+	}
+	return b, nil
+}
+
+// intBits is the width of an integer tag type.
+func intBits(typ string) (uint, error) {
+	bits, err := strconv.Atoi(strings.TrimPrefix(strings.TrimPrefix(typ, "u"), "int"))
+	if err != nil || !strings.Contains(typ, "int") || (bits != 8 && bits != 16 && bits != 32 && bits != 64) {
+		return 0, errorf("type %q is not a number type", typ)
+	}
+	return uint(bits), nil
 }
