@@ -451,7 +451,7 @@ func (t *Transport) Write(ctx context.Context, name string, value any) error {
 			return wrap(err)
 		}
 		return nil
-	case tg.typ == typeBool:
+	case tg.typ == tagvalue.TypeBool:
 		b, err := tagvalue.Bool(value)
 		if err != nil {
 			return wrap(fmt.Errorf("%w: %w", ErrValue, err))

@@ -405,7 +405,7 @@ func (t *Transport) Write(ctx context.Context, name string, value any) error {
 		return fmt.Errorf("write tag %q at %s on device %q: %w", tg.name, tg.address, t.name, err)
 	}
 	var data []byte
-	if tg.typ == typeBool {
+	if tg.typ == tagvalue.TypeBool {
 		b, err := tagvalue.Bool(value)
 		if err != nil {
 			return wrap(fmt.Errorf("%w: %w", ErrValue, err))
@@ -427,7 +427,7 @@ func (t *Transport) Write(ctx context.Context, name string, value any) error {
 	if err != nil {
 		return wrap(err)
 	}
-	if tg.typ == typeBool {
+	if tg.typ == tagvalue.TypeBool {
 		req := writeRequest(tg.area, tg.db, tg.start*8+tg.bit, true, data)
 		return wrapNil(wrap, t.run(ctx, c, "write bit", func() error { return sendWrite(c.h, req) }))
 	}

@@ -28,6 +28,27 @@ import (
 	"strings"
 )
 
+// Type is a tag's value type as the configuration names it; routes.TagTypes
+// is the list of them, and each device transport's TestEveryTagType holds
+// its codec to that list.
+type Type string
+
+// The tag types.
+const (
+	TypeBool    Type = "bool"
+	TypeInt8    Type = "int8"
+	TypeUint8   Type = "uint8"
+	TypeInt16   Type = "int16"
+	TypeUint16  Type = "uint16"
+	TypeInt32   Type = "int32"
+	TypeUint32  Type = "uint32"
+	TypeInt64   Type = "int64"
+	TypeUint64  Type = "uint64"
+	TypeFloat32 Type = "float32"
+	TypeFloat64 Type = "float64"
+	TypeString  Type = "string"
+)
+
 // ErrValue matches every error of this package: a written value that is
 // not a number or a bool, or does not fit the requested type.
 var ErrValue = errors.New("tagvalue: invalid value")
@@ -349,16 +370,16 @@ func Bool(v any) (bool, error) {
 // tag type (int8 … uint64, float32, float64, as the configuration names
 // them), inverting scale and offset first: the wire form Modbus registers
 // and S7 memory share before Modbus applies its byte order.
-func BigEndian(v any, typ string, scale *float64, offset float64) ([]byte, error) {
+func BigEndian(v any, typ Type, scale *float64, offset float64) ([]byte, error) {
 	n, err := ToNumber(v)
 	if err != nil {
 		return nil, err
 	}
 	n = Unscale(n, scale, offset)
 	switch typ {
-	case "float32", "float64":
+	case TypeFloat32, TypeFloat64:
 		bits := uint(32)
-		if typ == "float64" {
+		if typ == TypeFloat64 {
 			bits = 64
 		}
 		f, err := Float(n, bits)
@@ -374,7 +395,7 @@ func BigEndian(v any, typ string, scale *float64, offset float64) ([]byte, error
 	if err != nil {
 		return nil, err
 	}
-	u, err := Integer(n, strings.HasPrefix(typ, "int"), bits)
+	u, err := Integer(n, strings.HasPrefix(string(typ), "int"), bits)
 	if err != nil {
 		return nil, err
 	}
@@ -386,9 +407,9 @@ func BigEndian(v any, typ string, scale *float64, offset float64) ([]byte, error
 }
 
 // intBits is the width of an integer tag type.
-func intBits(typ string) (uint, error) {
-	bits, err := strconv.Atoi(strings.TrimPrefix(strings.TrimPrefix(typ, "u"), "int"))
-	if err != nil || !strings.Contains(typ, "int") || (bits != 8 && bits != 16 && bits != 32 && bits != 64) {
+func intBits(typ Type) (uint, error) {
+	bits, err := strconv.Atoi(strings.TrimPrefix(strings.TrimPrefix(string(typ), "u"), "int"))
+	if err != nil || !strings.Contains(string(typ), "int") || (bits != 8 && bits != 16 && bits != 32 && bits != 64) {
 		return 0, errorf("type %q is not a number type", typ)
 	}
 	return uint(bits), nil

@@ -290,7 +290,7 @@ func TestBigEndian(t *testing.T) {
 	ten := 10.0
 	for _, tc := range []struct {
 		v     any
-		typ   string
+		typ   Type
 		scale *float64
 		want  string // hex, or "" for a refusal
 	}{
