@@ -2,8 +2,6 @@ package failover
 
 import (
 	"context"
-	"fmt"
-	"math"
 	"strings"
 	"sync"
 	"time"
@@ -11,7 +9,6 @@ import (
 	"github.com/leasebridge/leasebridge/routes"
 	"github.com/leasebridge/leasebridge/transports"
 	"github.com/leasebridge/leasebridge/transports/mqtt"
-	"github.com/leasebridge/leasebridge/transports/tagvalue"
 )
 
 // topicFor fills a poll route's topic template.
@@ -192,18 +189,13 @@ func (p *poller) badValues(vals []transports.Value, err error) []transports.Valu
 }
 
 // changed decides whether v is published: always with every_poll, and
-// with on_change when the quality changed or the value moved by more than
-// the tag's deadband (any change for non-numeric values). It records v.
+// with on_change when the quality changed or the value moved past the
+// tag's deadband (transports.Moved). It records v.
 func (p *poller) changed(v transports.Value) bool {
 	prev, seen := p.last[v.Tag]
 	p.last[v.Tag] = v
 	if !seen || p.route.Publish == "every_poll" || prev.Quality != v.Quality {
 		return true
 	}
-	a, aok := tagvalue.ToFloat(prev.Value)
-	b, bok := tagvalue.ToFloat(v.Value)
-	if aok && bok {
-		return math.Abs(a-b) > p.band[v.Tag] || (p.band[v.Tag] == 0 && a != b)
-	}
-	return fmt.Sprint(prev.Value) != fmt.Sprint(v.Value)
+	return transports.Moved(prev.Value, v.Value, p.band[v.Tag])
 }

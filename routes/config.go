@@ -279,7 +279,7 @@ type Tag struct {
 	Scale *float64 `yaml:"scale"`
 	// Offset is added after scale.
 	Offset float64 `yaml:"offset"`
-	// Deadband is the smallest change that is published (on_change).
+	// Deadband is the change a value must exceed to be published (on_change).
 	Deadband float64 `yaml:"deadband"`
 	// Writable allows write requests to the tag.
 	Writable bool `yaml:"writable"`

@@ -119,6 +119,13 @@ func (c *Config) brokerEndpoint(name, session string) (string, bool) {
 	if err != nil {
 		return "", false
 	}
-	id := strings.NewReplacer("{session}", session, "{node}", c.Node).Replace(b.ClientID)
+	id := ClientID(b.ClientID, session, c.Node)
 	return fmt.Sprintf("%s with client id %q", net.JoinHostPort(host, port), id), true
+}
+
+// ClientID fills a broker's client_id template, {session} with the
+// session's name and {node} with the node's: the one place the template is
+// expanded, so admission checks the id the broker will see.
+func ClientID(template, session, node string) string {
+	return strings.NewReplacer("{session}", session, "{node}", node).Replace(template)
 }

@@ -153,3 +153,12 @@ routes:
 		t.Errorf("client ids with {session}: refused %q", got)
 	}
 }
+
+func TestClientID(t *testing.T) {
+	if got := routes.ClientID("lb-{session}-{node}-{session}", "s1", "n2"); got != "lb-s1-n2-s1" {
+		t.Errorf("ClientID = %q, want lb-s1-n2-s1", got)
+	}
+	if got := routes.ClientID(routes.DefaultClientID, "s1", "n2"); got != "leasebridge-s1" {
+		t.Errorf("default client id = %q", got)
+	}
+}

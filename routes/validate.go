@@ -45,7 +45,10 @@ func (c *Config) errAt(path, format string, args ...any) *FieldError {
 var (
 	byteOrders = []string{"ABCD", "DCBA", "BADC", "CDAB"}
 	registers  = []string{"holding", "input", "coil", "discrete"}
-	tagTypes   = []string{"bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float32", "float64", "string"}
+	// TagTypes are the value types a tag may have, the one list the
+	// device transports check against (Modbus registers hold no 8-bit
+	// types).
+	TagTypes = []string{"bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float32", "float64", "string"}
 	// opcuaNodeID accepts the string forms of OPC UA node ids.
 	opcuaNodeID = regexp.MustCompile(`^(ns=[0-9]+;)?[isgb]=.+$`)
 )
@@ -143,7 +146,7 @@ func (c *Config) checkClientIDs() Errors {
 		seen := map[string]string{} // url + client id -> broker name
 		for _, u := range bySession[session] {
 			b := c.Brokers[u.name]
-			id := strings.NewReplacer("{session}", session, "{node}", c.Node).Replace(b.ClientID)
+			id := ClientID(b.ClientID, session, c.Node)
 			key := b.URL + " " + id
 			if other, ok := seen[key]; ok && other != u.name {
 				errs = append(errs, c.errAt(fmt.Sprintf("routes[%d]", u.route),
@@ -292,9 +295,9 @@ func (c *Config) checkTag(path string, d *Device, k *DeviceKind, t *Tag) Errors 
 		add(path+".address", "address is required")
 	}
 	if t.Type == "" {
-		add(path+".type", "type is required: one of %s", strings.Join(tagTypes, ", "))
-	} else if !slices.Contains(tagTypes, t.Type) {
-		add(path+".type", "type %q: want one of %s", t.Type, strings.Join(tagTypes, ", "))
+		add(path+".type", "type is required: one of %s", strings.Join(TagTypes, ", "))
+	} else if !slices.Contains(TagTypes, t.Type) {
+		add(path+".type", "type %q: want one of %s", t.Type, strings.Join(TagTypes, ", "))
 	}
 	if t.Type == "string" && t.Length <= 0 {
 		add(path+".length", "a string tag needs length > 0 (registers for Modbus, bytes for S7)")

@@ -6,6 +6,12 @@
 // owner context the lease manager cancels at the self-fence deadline, and
 // must finish activating within the activation bound it disclosed to
 // admission. Transports never import the lease package.
+//
+// A device transport embeds Conn, that owner-bound lifecycle (guarded
+// requests, close within the bound at the fence, the State rule), and
+// Catalog, the checks and lookups of its groups and tags, so its own
+// package holds only the protocol; package transporttest is the
+// conformance suite each one runs.
 package transports
 
 import (

@@ -3,6 +3,7 @@ package transports_test
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -101,5 +102,29 @@ func TestGuardRequestRunsASharedGuardOnce(t *testing.T) {
 	req2 := transports.WithGuard(req, func() error { own++; return nil })
 	if err := transports.GuardRequest(req2, owner); err != nil || own != 1 || calls != 2 {
 		t.Fatalf("two guards: %v, ran %d and %d times, want once each", err, own, calls-1)
+	}
+}
+
+func TestMoved(t *testing.T) {
+	for _, tc := range []struct {
+		old, v any
+		band   float64
+		want   bool
+	}{
+		{20.0, 25.0, 5, false}, // a change equal to the deadband is not published
+		{20.0, 25.5, 5, true},
+		{20.0, 15.0, 5, false},
+		{20.0, 14.9, 5, true},
+		{int32(1), int32(1), 0, false},
+		{int32(1), int32(2), 0, true},
+		{uint16(7), 7.0, 0, false},
+		{math.NaN(), 1.0, 0, true},
+		{"a", "a", 3, false},
+		{"a", "b", 3, true},
+		{true, false, 0, true},
+	} {
+		if got := transports.Moved(tc.old, tc.v, tc.band); got != tc.want {
+			t.Errorf("Moved(%v, %v, %v) = %v, want %v", tc.old, tc.v, tc.band, got, tc.want)
+		}
 	}
 }

@@ -59,32 +59,16 @@ func (o ByteOrder) toBig(b []byte) []byte {
 // which is all that matters for 16-bit values and strings.
 func (o ByteOrder) swapsBytes() bool { return o == DCBA || o == BADC }
 
-// dataType is a tag's value type.
-type dataType string
-
-const (
-	typeBool    dataType = "bool"
-	typeInt16   dataType = "int16"
-	typeUint16  dataType = "uint16"
-	typeInt32   dataType = "int32"
-	typeUint32  dataType = "uint32"
-	typeInt64   dataType = "int64"
-	typeUint64  dataType = "uint64"
-	typeFloat32 dataType = "float32"
-	typeFloat64 dataType = "float64"
-	typeString  dataType = "string"
-)
-
 // registers is how many 16-bit registers a value of the type occupies.
-func (d dataType) registers(length int) int {
+func registers(d tagvalue.Type, length int) int {
 	switch d {
-	case typeBool, typeInt16, typeUint16:
+	case tagvalue.TypeBool, tagvalue.TypeInt16, tagvalue.TypeUint16:
 		return 1
-	case typeInt32, typeUint32, typeFloat32:
+	case tagvalue.TypeInt32, tagvalue.TypeUint32, tagvalue.TypeFloat32:
 		return 2
-	case typeInt64, typeUint64, typeFloat64:
+	case tagvalue.TypeInt64, tagvalue.TypeUint64, tagvalue.TypeFloat64:
 		return 4
-	case typeString:
+	case tagvalue.TypeString:
 		return (length + 1) / 2
 	}
 	return 0
@@ -93,7 +77,7 @@ func (d dataType) registers(length int) int {
 // decodeRegisters turns a tag's wire bytes (2 per register) into its value,
 // before scale and offset.
 func decodeRegisters(t *tag, wire []byte) (any, error) {
-	if t.typ == typeString {
+	if t.typ == tagvalue.TypeString {
 		b := wire
 		if t.order.swapsBytes() {
 			b = BADC.toBig(wire)
@@ -105,7 +89,7 @@ func decodeRegisters(t *tag, wire []byte) (any, error) {
 		}
 		return string(b), nil
 	}
-	if t.typ == typeBool {
+	if t.typ == tagvalue.TypeBool {
 		v := binary.BigEndian.Uint16(wire)
 		return v&(1<<uint(t.bit)) != 0, nil
 	}
@@ -119,21 +103,21 @@ func decodeRegisters(t *tag, wire []byte) (any, error) {
 		b = t.order.toBig(wire)
 	}
 	switch t.typ {
-	case typeInt16:
+	case tagvalue.TypeInt16:
 		return int16(binary.BigEndian.Uint16(b)), nil
-	case typeUint16:
+	case tagvalue.TypeUint16:
 		return binary.BigEndian.Uint16(b), nil
-	case typeInt32:
+	case tagvalue.TypeInt32:
 		return int32(binary.BigEndian.Uint32(b)), nil
-	case typeUint32:
+	case tagvalue.TypeUint32:
 		return binary.BigEndian.Uint32(b), nil
-	case typeFloat32:
+	case tagvalue.TypeFloat32:
 		return math.Float32frombits(binary.BigEndian.Uint32(b)), nil
-	case typeInt64:
+	case tagvalue.TypeInt64:
 		return int64(binary.BigEndian.Uint64(b)), nil
-	case typeUint64:
+	case tagvalue.TypeUint64:
 		return binary.BigEndian.Uint64(b), nil
-	case typeFloat64:
+	case tagvalue.TypeFloat64:
 		return math.Float64frombits(binary.BigEndian.Uint64(b)), nil
 	}
 	return nil, fmt.Errorf("%w %q", ErrType, t.typ)
@@ -143,7 +127,7 @@ func decodeRegisters(t *tag, wire []byte) (any, error) {
 // tags (bits in registers) are handled by the caller, which must read the
 // register first.
 func encodeRegisters(t *tag, v any) ([]byte, error) {
-	if t.typ == typeString {
+	if t.typ == tagvalue.TypeString {
 		s, ok := v.(string)
 		if !ok {
 			return nil, fmt.Errorf("%w: a string tag takes a string, got %T", ErrValue, v)
@@ -151,45 +135,16 @@ func encodeRegisters(t *tag, v any) ([]byte, error) {
 		if len(s) > t.length {
 			return nil, fmt.Errorf("%w: %d bytes do not fit the tag's length %d", ErrValue, len(s), t.length)
 		}
-		b := make([]byte, 2*t.typ.registers(t.length))
+		b := make([]byte, 2*registers(t.typ, t.length))
 		copy(b, s)
 		if t.order.swapsBytes() {
 			b = BADC.toBig(b)
 		}
 		return b, nil
 	}
-	n, err := tagvalue.ToNumber(v)
+	big, err := tagvalue.BigEndian(v, t.typ, t.scale, t.offset)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrValue, err)
-	}
-	n = tagvalue.Unscale(n, t.scale, t.offset)
-	var big []byte
-	switch t.typ {
-	case typeFloat32, typeFloat64:
-		bits := uint(32)
-		if t.typ == typeFloat64 {
-			bits = 64
-		}
-		f, err := tagvalue.Float(n, bits)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrValue, err)
-		}
-		if bits == 32 {
-			big = binary.BigEndian.AppendUint32(nil, math.Float32bits(float32(f)))
-		} else {
-			big = binary.BigEndian.AppendUint64(nil, math.Float64bits(f))
-		}
-	default:
-		bits := uint(16 * t.typ.registers(0))
-		signedType := t.typ == typeInt16 || t.typ == typeInt32 || t.typ == typeInt64
-		u, err := tagvalue.Integer(n, signedType, bits)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrValue, err)
-		}
-		big = make([]byte, bits/8)
-		for i := range big {
-			big[len(big)-1-i] = byte(u >> (8 * uint(i)))
-		}
 	}
 	if len(big) == 2 {
 		if t.order.swapsBytes() {

@@ -3,6 +3,9 @@ package modbus
 import (
 	"errors"
 	"testing"
+
+	"github.com/leasebridge/leasebridge/routes"
+	"github.com/leasebridge/leasebridge/transports/tagvalue"
 )
 
 func TestByteOrderInvolution(t *testing.T) {
@@ -28,18 +31,18 @@ func TestEncodeRegisters(t *testing.T) {
 		want []byte
 		err  string
 	}{
-		{tag{typ: typeInt16, order: ABCD}, int64(-32768), []byte{0x80, 0x00}, ""},
-		{tag{typ: typeInt16, order: DCBA}, "-2", []byte{0xFE, 0xFF}, ""},
-		{tag{typ: typeInt16, order: ABCD, scale: &tenth}, -25.0, []byte{0xFF, 0x06}, ""},
-		{tag{typ: typeUint32, order: CDAB}, uint32(0x01020304), []byte{3, 4, 1, 2}, ""},
-		{tag{typ: typeInt16, order: ABCD}, 40000, nil, "modbus: invalid value: 40000 above the int16 maximum"},
-		{tag{typ: typeUint16, order: ABCD}, -1, nil, "modbus: invalid value: -1 below the uint16 minimum 0"},
-		{tag{typ: typeInt32, order: ABCD}, 1.5e10, nil, "modbus: invalid value: 15000000000 above the int32 maximum"},
-		{tag{typ: typeUint64, order: ABCD}, "x", nil, `modbus: invalid value: "x" is not a number`},
-		{tag{typ: typeInt64, order: ABCD}, 1e300, nil, "modbus: invalid value: 1e+300 above the int64 maximum"},
-		{tag{typ: typeInt16, order: ABCD}, 1.5, nil, "modbus: invalid value: 1.5 is not an integer (the tag is int16; values are never rounded)"},
-		{tag{typ: typeInt16, order: ABCD, scale: &tenth}, 2.55, nil, "modbus: invalid value: 25.5 is not an integer (the tag is int16; values are never rounded)"},
-		{tag{typ: typeFloat32, order: ABCD}, "1e39", nil, "modbus: invalid value: 1e+39 out of the float32 range"},
+		{tag{typ: tagvalue.TypeInt16, order: ABCD}, int64(-32768), []byte{0x80, 0x00}, ""},
+		{tag{typ: tagvalue.TypeInt16, order: DCBA}, "-2", []byte{0xFE, 0xFF}, ""},
+		{tag{typ: tagvalue.TypeInt16, order: ABCD, scale: &tenth}, -25.0, []byte{0xFF, 0x06}, ""},
+		{tag{typ: tagvalue.TypeUint32, order: CDAB}, uint32(0x01020304), []byte{3, 4, 1, 2}, ""},
+		{tag{typ: tagvalue.TypeInt16, order: ABCD}, 40000, nil, "modbus: invalid value: 40000 above the int16 maximum"},
+		{tag{typ: tagvalue.TypeUint16, order: ABCD}, -1, nil, "modbus: invalid value: -1 below the uint16 minimum 0"},
+		{tag{typ: tagvalue.TypeInt32, order: ABCD}, 1.5e10, nil, "modbus: invalid value: 15000000000 above the int32 maximum"},
+		{tag{typ: tagvalue.TypeUint64, order: ABCD}, "x", nil, `modbus: invalid value: "x" is not a number`},
+		{tag{typ: tagvalue.TypeInt64, order: ABCD}, 1e300, nil, "modbus: invalid value: 1e+300 above the int64 maximum"},
+		{tag{typ: tagvalue.TypeInt16, order: ABCD}, 1.5, nil, "modbus: invalid value: 1.5 is not an integer (the tag is int16; values are never rounded)"},
+		{tag{typ: tagvalue.TypeInt16, order: ABCD, scale: &tenth}, 2.55, nil, "modbus: invalid value: 25.5 is not an integer (the tag is int16; values are never rounded)"},
+		{tag{typ: tagvalue.TypeFloat32, order: ABCD}, "1e39", nil, "modbus: invalid value: 1e+39 out of the float32 range"},
 	} {
 		got, err := encodeRegisters(&tc.tag, tc.v)
 		if tc.err != "" {
@@ -66,5 +69,21 @@ func TestPlanLimits(t *testing.T) {
 	}
 	if got := len(plan(tags, false)); got != len(tags) {
 		t.Errorf("unmerged plan has %d requests, want %d", got, len(tags))
+	}
+}
+
+// TestEveryTagType: the device takes every type of the one list, so the
+// list and the codec cannot drift apart.
+func TestEveryTagType(t *testing.T) {
+	for _, typ := range types {
+		x := &routes.Tag{Name: "x", Address: "1", Type: typ, Length: 4}
+		if typ == "bool" {
+			x.Bit = ptr(3)
+		}
+		dev := &routes.Device{Kind: routes.KindModbusTCP, Address: "127.0.0.1:502",
+			Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{x}}}}
+		if _, err := New("plc1", dev); err != nil {
+			t.Errorf("type %s: %v", typ, err)
+		}
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -113,18 +112,18 @@ func TestReadEveryTypeAndByteOrder(t *testing.T) {
 	groups = append(groups, misc)
 
 	r := newRig(t, p, &routes.Device{ByteOrder: "CDAB", Groups: groups})
-	r.open(t)
+	r.Open(t)
 	for _, order := range []string{"ABCD", "DCBA", "BADC", "CDAB"} {
-		vals := r.poll(t, order)
+		vals := r.Poll(t, order)
 		for _, c := range typeCases() {
 			mustGood(t, vals, order+"_"+c.typ, c.want)
 		}
 	}
-	vals := r.poll(t, "default")
+	vals := r.Poll(t, "default")
 	for _, c := range typeCases() {
 		mustGood(t, vals, "def_"+c.typ, c.want)
 	}
-	vals = r.poll(t, "misc")
+	vals = r.Poll(t, "misc")
 	mustGood(t, vals, "str", "HELLO-PLC")
 	mustGood(t, vals, "str_swapped", "HELLO-PLC")
 	mustGood(t, vals, "bit2", true)
@@ -156,12 +155,12 @@ func TestWriteEveryType(t *testing.T) {
 		&routes.Tag{Name: "ro", Address: "630", Type: "int16"},
 	)
 	r := newRig(t, p, &routes.Device{Groups: []*routes.PollGroup{{Name: "all", Tags: tags}}})
-	r.open(t)
+	r.Open(t)
 	ctx := context.Background()
 	for oi, order := range []string{"ABCD", "DCBA", "BADC", "CDAB"} {
 		for _, c := range typeCases() {
 			name := order + "_" + c.typ
-			if err := r.tr.Write(ctx, name, c.want); err != nil {
+			if err := r.Tr.Write(ctx, name, c.want); err != nil {
 				t.Fatalf("write %s: %v", name, err)
 			}
 			want := permute(order, c.big)
@@ -171,7 +170,7 @@ func TestWriteEveryType(t *testing.T) {
 		}
 	}
 	// Writes from MQTT arrive as strings or float64: accepted when exact.
-	if err := r.tr.Write(ctx, "ABCD_int32", "-7"); err != nil {
+	if err := r.Tr.Write(ctx, "ABCD_int32", "-7"); err != nil {
 		t.Fatal(err)
 	}
 	p.do(func() { p.holding[610] = 0x8001 })
@@ -179,7 +178,7 @@ func TestWriteEveryType(t *testing.T) {
 		tag string
 		v   any
 	}{{"str", "abc"}, {"bit4", true}, {"coil", "true"}, {"scaled", 25.5}} {
-		if err := r.tr.Write(ctx, w.tag, w.v); err != nil {
+		if err := r.Tr.Write(ctx, w.tag, w.v); err != nil {
 			t.Fatalf("write %s: %v", w.tag, err)
 		}
 	}
@@ -197,7 +196,7 @@ func TestWriteEveryType(t *testing.T) {
 			t.Errorf("scaled write: register %d, want 55", p.holding[620])
 		}
 	})
-	vals := r.poll(t, "all")
+	vals := r.Poll(t, "all")
 	mustGood(t, vals, "ABCD_int32", int32(-7))
 	mustGood(t, vals, "str", "abc")
 	mustGood(t, vals, "bit4", true)
@@ -221,7 +220,7 @@ func TestWriteEveryType(t *testing.T) {
 		{"ro", 1, ErrReadOnly},
 		{"nope", 1, ErrUnknownTag},
 	} {
-		err := r.tr.Write(ctx, bad.tag, bad.v)
+		err := r.Tr.Write(ctx, bad.tag, bad.v)
 		if !errors.Is(err, bad.want) {
 			t.Errorf("write %s=%v: %v, want %v", bad.tag, bad.v, err, bad.want)
 		} else if !strings.Contains(err.Error(), bad.tag) {
@@ -255,15 +254,15 @@ func TestMergeRequests(t *testing.T) {
 			p.holding[10+i] = uint16(i)
 		}
 		r := newRig(t, p, &routes.Device{MergeRequests: &tc.merge, Groups: mk()})
-		r.open(t)
+		r.Open(t)
 		before := p.readCount()
-		vals := r.poll(t, "adj")
+		vals := r.Poll(t, "adj")
 		if got := p.readCount() - before; got != tc.adj {
 			t.Errorf("merge=%v: group adj took %d reads, want %d", tc.merge, got, tc.adj)
 		}
 		mustGood(t, vals, "a7", int16(7))
 		before = p.readCount()
-		r.poll(t, "big")
+		r.Poll(t, "big")
 		if got := p.readCount() - before; got != tc.big {
 			t.Errorf("merge=%v: group big took %d reads, want %d", tc.merge, got, tc.big)
 		}
@@ -280,8 +279,8 @@ func TestBadAddress(t *testing.T) {
 	r := newRig(t, p, &routes.Device{Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{
 		{Name: "ok1", Address: "200"}, {Name: "broken", Address: "201"}, {Name: "ok2", Address: "202"},
 	}}}})
-	r.open(t)
-	vals := r.poll(t, "g")
+	r.Open(t)
+	vals := r.Poll(t, "g")
 	mustGood(t, vals, "ok1", uint16(7))
 	mustGood(t, vals, "ok2", uint16(9))
 	b := vals["broken"]
@@ -297,10 +296,10 @@ func TestBadAddress(t *testing.T) {
 			t.Errorf("error %q lacks %q", b.Err, want)
 		}
 	}
-	if !r.tr.State().Converged {
-		t.Errorf("an exception reply marked the transport unconverged: %v", r.tr.State().Err)
+	if !r.Tr.State().Converged {
+		t.Errorf("an exception reply marked the transport unconverged: %v", r.Tr.State().Err)
 	}
-	if got := r.proxy.Stats().Accepted; got != 1 {
+	if got := r.Proxy.Stats().Accepted; got != 1 {
 		t.Errorf("an exception reply caused a reconnect: %d connections", got)
 	}
 }
@@ -344,8 +343,8 @@ func TestConfigErrors(t *testing.T) {
 func TestUnitID(t *testing.T) {
 	p := newPLC()
 	r := newRig(t, p, &routes.Device{UnitID: ptr(17), Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Name: "x", Address: "1"}}}}})
-	r.open(t)
-	r.poll(t, "g")
+	r.Open(t)
+	r.Poll(t, "g")
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.units[17] == 0 || len(p.units) != 1 {
@@ -360,11 +359,11 @@ func TestRestartAndReconnect(t *testing.T) {
 	p := newPLC()
 	p.holding[1] = 42
 	r := newRig(t, p, &routes.Device{Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Name: "x", Address: "1"}}}}})
-	r.open(t)
-	mustGood(t, r.poll(t, "g"), "x", uint16(42))
+	r.Open(t)
+	mustGood(t, r.Poll(t, "g"), "x", uint16(42))
 
 	r.srv.stop()
-	vals, err := r.tr.Poll(context.Background(), "g")
+	vals, err := r.Tr.Poll(context.Background(), "g")
 	if err == nil {
 		t.Fatal("poll of a stopped device succeeded")
 	}
@@ -374,23 +373,23 @@ func TestRestartAndReconnect(t *testing.T) {
 	if len(vals) != 1 || vals[0].Quality != transports.Bad || vals[0].Err == nil {
 		t.Errorf("values of a failed poll: %+v", vals)
 	}
-	if st := r.tr.State(); st.Converged || st.Err == nil {
+	if st := r.Tr.State(); st.Converged || st.Err == nil {
 		t.Errorf("state after failure: %+v", st)
 	}
-	r.waitNoConn(t)
+	r.WaitConns(t, 0)
 	// Down for good: connect fails, naming the address.
-	_, err = r.tr.Poll(context.Background(), "g")
+	_, err = r.Tr.Poll(context.Background(), "g")
 	if !errors.Is(err, ErrConnect) && !errors.Is(err, ErrIO) {
 		t.Errorf("poll while down: %v", err)
 	}
 
 	r.srv.start()
 	p.do(func() { p.holding[1] = 43 })
-	mustGood(t, r.poll(t, "g"), "x", uint16(43))
-	if !r.tr.State().Converged {
+	mustGood(t, r.Poll(t, "g"), "x", uint16(43))
+	if !r.Tr.State().Converged {
 		t.Error("not converged after reconnecting")
 	}
-	if st := r.proxy.Stats(); st.Current != 1 || st.Peak != 1 {
+	if st := r.Proxy.Stats(); st.Current != 1 || st.Peak != 1 {
 		t.Errorf("connections now %d, peak %d; want 1 and 1: %+v", st.Current, st.Peak, st)
 	}
 }
@@ -414,21 +413,21 @@ func TestTimeout(t *testing.T) {
 		p.mu.Unlock()
 	})
 	start := time.Now()
-	err := r.tr.Open(r.owner)
-	if took := time.Since(start); took > r.tr.ActivationBound() {
-		t.Errorf("Open took %v, beyond its activation bound %v", took, r.tr.ActivationBound())
+	err := r.Tr.Open(r.Owner)
+	if took := time.Since(start); took > r.Tr.ActivationBound() {
+		t.Errorf("Open took %v, beyond its activation bound %v", took, r.Tr.ActivationBound())
 	}
 	if !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "plc1") {
 		t.Fatalf("Open against a hung device: %v, want ErrTimeout naming the device", err)
 	}
-	r.waitNoConn(t)
+	r.WaitConns(t, 0)
 	p.mu.Lock()
 	close(p.hang)
 	p.hang = nil
 	p.mu.Unlock()
 	p.do(func() { p.holding[1] = 5 })
-	mustGood(t, r.poll(t, "g"), "x", uint16(5))
-	if got := r.proxy.Stats().Accepted; got != 2 {
+	mustGood(t, r.Poll(t, "g"), "x", uint16(5))
+	if got := r.Proxy.Stats().Accepted; got != 2 {
 		t.Errorf("%d connections, want 2 (the timed-out one, then a fresh one)", got)
 	}
 }
@@ -442,122 +441,23 @@ func TestBlackhole(t *testing.T) {
 	// A partition hides our close from the device as well as our bytes, so
 	// the device holds the dead connection until its own timeout; the
 	// promise is that the bridge itself never holds two.
-	r.halfOpen = true
-	r.open(t)
-	if err := r.proxy.SetMode(faultproxy.Blackhole); err != nil {
+	r.HalfOpen = true
+	r.Open(t)
+	if err := r.Proxy.SetMode(faultproxy.Blackhole); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.tr.Poll(context.Background(), "g"); !errors.Is(err, ErrTimeout) {
+	if _, err := r.Tr.Poll(context.Background(), "g"); !errors.Is(err, ErrTimeout) {
 		t.Fatalf("poll through a blackhole: %v, want ErrTimeout", err)
 	}
-	r.tr.mu.Lock()
-	kept := r.tr.link != nil
-	r.tr.mu.Unlock()
-	if kept {
+	if r.Tr.Held() != nil {
 		t.Fatal("the timed-out connection was kept for reuse")
 	}
-	if err := r.proxy.SetMode(faultproxy.Pass); err != nil {
+	if err := r.Proxy.SetMode(faultproxy.Pass); err != nil {
 		t.Fatal(err)
 	}
-	r.poll(t, "g")
-	if st := r.proxy.Stats(); st.Accepted != 2 {
+	r.Poll(t, "g")
+	if st := r.Proxy.Stats(); st.Accepted != 2 {
 		t.Errorf("accepted %d connections, want 2", st.Accepted)
-	}
-}
-
-// TestOwnerContextCancel cancels the owner context with a request in
-// flight: the connection must be gone within the close bound, and the
-// transport must refuse to reconnect.
-func TestOwnerContextCancel(t *testing.T) {
-	p := newPLC()
-	r := newRig(t, p, &routes.Device{CloseTimeout: routes.Duration(500 * time.Millisecond),
-		Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Name: "x", Address: "1"}}}}})
-	r.open(t)
-	r.poll(t, "g")
-	done := r.stuckPoll(t, p, context.Background(), "g")
-	if err := r.proxy.WaitFor(context.Background(), func(s faultproxy.Stats) bool { return len(s.Conns) == 1 && s.Conns[0].Requests >= 2 }); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	r.stop()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := r.proxy.WaitFor(ctx, func(s faultproxy.Stats) bool { return s.Current == 0 }); err != nil {
-		t.Fatal("connection still open after the owner context ended")
-	}
-	if took := time.Since(start); took > r.tr.CloseBound() {
-		t.Errorf("connection closed %v after the owner context ended, beyond the close bound %v", took, r.tr.CloseBound())
-	}
-	if err := <-done; err == nil {
-		t.Error("the poll in flight succeeded after the owner context ended")
-	}
-	if _, err := r.tr.Poll(context.Background(), "g"); !errors.Is(err, ErrClosed) {
-		t.Errorf("poll after the owner context ended: %v, want ErrClosed", err)
-	}
-	if got := r.proxy.Stats().Accepted; got != 1 {
-		t.Errorf("%d connections; the transport reconnected after its owner context ended", got)
-	}
-	if st := r.tr.State(); st.Converged || !errors.Is(st.Err, ErrClosed) {
-		t.Errorf("state %+v", st)
-	}
-}
-
-// TestCloseWithinBound closes with a request in flight.
-func TestCloseWithinBound(t *testing.T) {
-	p := newPLC()
-	r := newRig(t, p, &routes.Device{Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Name: "x", Address: "1"}}}}})
-	r.open(t)
-	hang := make(chan struct{})
-	defer close(hang)
-	p.mu.Lock()
-	p.hang = hang
-	p.mu.Unlock()
-	go func() { _, _ = r.tr.Poll(context.Background(), "g") }()
-	if err := r.proxy.WaitFor(context.Background(), func(s faultproxy.Stats) bool { return len(s.Conns) == 1 && s.Conns[0].Requests >= 2 }); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	if err := r.tr.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.proxy.WaitFor(context.Background(), func(s faultproxy.Stats) bool { return s.Current == 0 }); err != nil {
-		t.Fatal(err)
-	}
-	if took := time.Since(start); took > r.tr.CloseBound() {
-		t.Errorf("Close took %v, beyond its bound %v", took, r.tr.CloseBound())
-	}
-	if err := r.tr.Close(context.Background()); err != nil {
-		t.Errorf("second Close: %v", err)
-	}
-	if err := r.tr.Write(context.Background(), "x", 1); !errors.Is(err, ErrReadOnly) {
-		t.Errorf("write to read-only tag: %v", err)
-	}
-}
-
-// TestGuard checks a refused owner guard keeps a request off the wire.
-func TestGuard(t *testing.T) {
-	p := newPLC()
-	r := newRig(t, p, &routes.Device{Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Name: "x", Address: "1", Writable: true}}}}})
-	var fenced atomic.Bool
-	r.owner = transports.WithGuard(r.owner, func() error {
-		if fenced.Load() {
-			return errors.New("past the fence deadline")
-		}
-		return nil
-	})
-	r.open(t)
-	r.poll(t, "g")
-	sent := r.proxy.Stats().Conns[0].Requests
-	fenced.Store(true)
-	vals, err := r.tr.Poll(context.Background(), "g")
-	if !errors.Is(err, transports.ErrGuard) || vals[0].Quality != transports.Bad {
-		t.Errorf("poll past the fence: %+v %v, want ErrGuard", vals, err)
-	}
-	if err := r.tr.Write(context.Background(), "x", 1); !errors.Is(err, transports.ErrGuard) {
-		t.Errorf("write past the fence: %v, want ErrGuard", err)
-	}
-	if got := r.proxy.Stats().Conns[0].Requests; got != sent {
-		t.Errorf("%d requests reached the device past the fence", got-sent)
 	}
 }
 
@@ -569,35 +469,35 @@ func TestGuard(t *testing.T) {
 func TestRequestContext(t *testing.T) {
 	p := newPLC()
 	r := newRig(t, p, &routes.Device{Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Name: "x", Address: "1"}}}}})
-	r.open(t)
+	r.Open(t)
 
 	// Polls under one context, which then ends between polls.
 	first, cancelFirst := context.WithCancel(context.Background())
 	for range 3 {
-		if _, err := r.tr.Poll(first, "g"); err != nil {
+		if _, err := r.Tr.Poll(first, "g"); err != nil {
 			t.Fatal(err)
 		}
 	}
 	cancelFirst()
-	sent := r.proxy.Stats().Conns[0].Requests
-	if vals, err := r.tr.Poll(first, "g"); !errors.Is(err, context.Canceled) || vals[0].Quality != transports.Bad {
+	sent := r.Proxy.Stats().Conns[0].Requests
+	if vals, err := r.Tr.Poll(first, "g"); !errors.Is(err, context.Canceled) || vals[0].Quality != transports.Bad {
 		t.Fatalf("poll under an ended context: %+v %v, want context.Canceled", vals, err)
 	}
-	if got := r.proxy.Stats().Conns[0].Requests; got != sent {
+	if got := r.Proxy.Stats().Conns[0].Requests; got != sent {
 		t.Fatalf("%d requests sent under an ended context", got-sent)
 	}
 	second, cancelSecond := context.WithCancel(context.Background())
 	defer cancelSecond()
-	if _, err := r.tr.Poll(second, "g"); err != nil {
+	if _, err := r.Tr.Poll(second, "g"); err != nil {
 		t.Fatalf("poll under a new context: %v", err)
 	}
-	if st := r.proxy.Stats(); st.Accepted != 1 || st.Current != 1 {
+	if st := r.Proxy.Stats(); st.Accepted != 1 || st.Current != 1 {
 		t.Fatalf("an ended context closed the connection: %+v", st)
 	}
 
 	// A request in flight when its context ends.
 	done := r.stuckPoll(t, p, second, "g")
-	if err := r.proxy.WaitFor(context.Background(), func(s faultproxy.Stats) bool { return s.Conns[0].Requests > sent+1 }); err != nil {
+	if err := r.Proxy.WaitFor(context.Background(), func(s faultproxy.Stats) bool { return s.Conns[0].Requests > sent+1 }); err != nil {
 		t.Fatal(err)
 	}
 	cancelSecond()
@@ -609,7 +509,7 @@ func TestRequestContext(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the request in flight was not interrupted when its context ended")
 	}
-	r.waitNoConn(t)
+	r.WaitConns(t, 0)
 	p.do(func() { p.hang = nil })
-	r.poll(t, "g")
+	r.Poll(t, "g")
 }

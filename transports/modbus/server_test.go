@@ -2,7 +2,6 @@ package modbus
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log"
 	"net"
@@ -12,9 +11,8 @@ import (
 
 	mbserver "github.com/simonvetter/modbus"
 
-	"github.com/leasebridge/leasebridge/internal/faultproxy"
 	"github.com/leasebridge/leasebridge/routes"
-	"github.com/leasebridge/leasebridge/transports"
+	"github.com/leasebridge/leasebridge/transports/transporttest"
 )
 
 // plc is the simulated device behind the simonvetter Modbus server.
@@ -132,7 +130,7 @@ func (r *rig) stuckPoll(t *testing.T, p *plc, ctx context.Context, group string)
 	p.do(func() { p.hang = hang })
 	done := make(chan error, 1)
 	go func() {
-		_, err := r.tr.Poll(ctx, group)
+		_, err := r.Tr.Poll(ctx, group)
 		done <- err
 	}()
 	return done
@@ -198,91 +196,23 @@ func (s *server) stop() {
 
 // rig is a device transport reaching the server through a counting proxy.
 type rig struct {
-	srv   *server
-	proxy *faultproxy.Proxy
-	tr    *Transport
-	owner context.Context
-	stop  context.CancelFunc
-	// halfOpen excuses a test that partitions the link: the device keeps
-	// a connection the bridge has already closed.
-	halfOpen bool
+	*transporttest.Rig[*Transport]
+	srv *server
 }
 
 func newRig(t *testing.T, p *plc, dev *routes.Device) *rig {
 	t.Helper()
 	srv := startServer(t, p)
-	px, err := faultproxy.Start(context.Background(), srv.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = px.Close() })
+	px := transporttest.Proxy(t, srv.addr)
 	dev.Kind = routes.KindModbusTCP
 	dev.Address = px.Addr()
 	tr, err := New("plc1", dev)
 	if err != nil {
 		t.Fatal(err)
 	}
-	owner, stop := context.WithCancel(context.Background())
-	r := &rig{srv: srv, proxy: px, tr: tr, owner: owner, stop: stop}
-	t.Cleanup(func() {
-		stop()
-		_ = tr.Close(context.Background())
-		// The promise: the device never saw two connections from us.
-		if peak := px.Peak(); peak > 1 && !r.halfOpen {
-			t.Errorf("device saw %d concurrent connections, want at most 1", peak)
-		}
-	})
-	return r
-}
-
-func (r *rig) open(t *testing.T) {
-	t.Helper()
-	if err := r.tr.Open(r.owner); err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-}
-
-func (r *rig) poll(t *testing.T, group string) map[string]transports.Value {
-	t.Helper()
-	vals, err := r.tr.Poll(context.Background(), group)
-	if err != nil {
-		t.Fatalf("Poll %s: %v", group, err)
-	}
-	m := map[string]transports.Value{}
-	for _, v := range vals {
-		m[v.Tag] = v
-	}
-	return m
-}
-
-// waitNoConn waits until the proxy has seen the transport's connection
-// close: after a failed request the transport must have dropped it. The
-// proxy notices a close asynchronously, so waiting here keeps its peak
-// count an honest measure of connections the transport held at once.
-func (r *rig) waitNoConn(t *testing.T) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := r.proxy.WaitFor(ctx, func(s faultproxy.Stats) bool { return s.Current == 0 }); err != nil {
-		t.Fatalf("the transport kept a failed connection open: %+v", r.proxy.Stats())
-	}
+	return &rig{Rig: transporttest.NewRig(t, px, tr), srv: srv}
 }
 
 func ptr[T any](v T) *T { return &v }
 
-func mustGood(t *testing.T, vals map[string]transports.Value, name string, want any) {
-	t.Helper()
-	v, ok := vals[name]
-	if !ok {
-		t.Fatalf("tag %s missing", name)
-	}
-	if v.Quality != transports.Good || v.Err != nil {
-		t.Fatalf("tag %s: quality %s, err %v", name, v.Quality, v.Err)
-	}
-	if v.Timestamp.IsZero() {
-		t.Errorf("tag %s has no timestamp", name)
-	}
-	if fmt.Sprintf("%T %v", v.Value, v.Value) != fmt.Sprintf("%T %v", want, want) {
-		t.Errorf("tag %s = %T %v, want %T %v", name, v.Value, v.Value, want, want)
-	}
-}
+var mustGood = transporttest.MustGood

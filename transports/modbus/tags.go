@@ -2,11 +2,17 @@ package modbus
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
 	"github.com/leasebridge/leasebridge/routes"
+	"github.com/leasebridge/leasebridge/transports/tagvalue"
 )
+
+// types are the tag types Modbus registers hold: routes.TagTypes but the
+// 8-bit ones.
+var types = slices.DeleteFunc(slices.Clone(routes.TagTypes), func(t string) bool { return t == "int8" || t == "uint8" })
 
 // table is one of the four Modbus data tables.
 type table string
@@ -35,7 +41,7 @@ type tag struct {
 	table    table
 	start    uint16 // first register or bit
 	count    int    // registers or bits
-	typ      dataType
+	typ      tagvalue.Type
 	order    ByteOrder
 	bit      int // bit in a register for bool register tags, else -1
 	length   int // bytes of a string: two per register
@@ -72,16 +78,16 @@ func parseTag(tg *routes.Tag, devOrder ByteOrder) (*tag, error) {
 		}
 		t.order = o
 	}
-	typ := dataType(strings.ToLower(strings.TrimSpace(tg.Type)))
+	typ := tagvalue.Type(strings.ToLower(strings.TrimSpace(tg.Type)))
 	if typ == "" {
-		typ = typeUint16
+		typ = tagvalue.TypeUint16
 		if t.table.isBits() || tg.Bit != nil {
-			typ = typeBool
+			typ = tagvalue.TypeBool
 		}
 	}
 	t.typ = typ
 	if t.table.isBits() {
-		if typ != typeBool {
+		if typ != tagvalue.TypeBool {
 			return nil, fmt.Errorf("%w: tag %q: type %q: a %s holds single bits, want bool", ErrConfig, tg.Name, tg.Type, t.table)
 		}
 		if tg.Bit != nil {
@@ -90,13 +96,13 @@ func parseTag(tg *routes.Tag, devOrder ByteOrder) (*tag, error) {
 		t.count = 1
 	} else {
 		switch typ {
-		case typeBool:
+		case tagvalue.TypeBool:
 			if tg.Bit == nil || *tg.Bit < 0 || *tg.Bit > 15 {
 				return nil, fmt.Errorf("%w: tag %q: a bool in a %s register needs bit 0..15", ErrConfig, tg.Name, t.table)
 			}
 			t.bit = *tg.Bit
-		case typeInt16, typeUint16, typeInt32, typeUint32, typeInt64, typeUint64, typeFloat32, typeFloat64:
-		case typeString:
+		case tagvalue.TypeInt16, tagvalue.TypeUint16, tagvalue.TypeInt32, tagvalue.TypeUint32, tagvalue.TypeInt64, tagvalue.TypeUint64, tagvalue.TypeFloat32, tagvalue.TypeFloat64:
+		case tagvalue.TypeString:
 			// length counts registers, two characters each, as the
 			// configuration documents it.
 			if tg.Length < 1 || tg.Length > maxWriteRegisters {
@@ -104,14 +110,14 @@ func parseTag(tg *routes.Tag, devOrder ByteOrder) (*tag, error) {
 			}
 			t.length = 2 * tg.Length
 		default:
-			return nil, fmt.Errorf("%w: tag %q: type %q: want bool, int16, uint16, int32, uint32, int64, uint64, float32, float64 or string", ErrConfig, tg.Name, tg.Type)
+			return nil, fmt.Errorf("%w: tag %q: type %q: want one of %s (registers hold no 8-bit types)", ErrConfig, tg.Name, tg.Type, strings.Join(types, ", "))
 		}
-		if tg.Bit != nil && typ != typeBool {
+		if tg.Bit != nil && typ != tagvalue.TypeBool {
 			return nil, fmt.Errorf("%w: tag %q: bit needs type bool, not %q", ErrConfig, tg.Name, typ)
 		}
-		t.count = typ.registers(t.length)
+		t.count = registers(typ, t.length)
 	}
-	if (t.scale != nil || t.offset != 0) && (typ == typeBool || typ == typeString) {
+	if (t.scale != nil || t.offset != 0) && (typ == tagvalue.TypeBool || typ == tagvalue.TypeString) {
 		return nil, fmt.Errorf("%w: tag %q: scale and offset apply to numbers, not to %s", ErrConfig, tg.Name, typ)
 	}
 	if t.scale != nil && *t.scale == 0 {

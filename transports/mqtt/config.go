@@ -105,8 +105,7 @@ func resolve(cfg Config) (*settings, error) {
 		creds:       b.Credentials,
 		clean:       cfg.CleanSession,
 	}
-	repl := strings.NewReplacer("{session}", cfg.Session, "{node}", cfg.Node)
-	s.clientID = repl.Replace(s.clientID)
+	s.clientID = routes.ClientID(s.clientID, cfg.Session, cfg.Node)
 	s.statusTopic = strings.NewReplacer("{session}", cfg.Session).Replace(s.statusTopic)
 
 	shown := redact.URL(b.URL)

@@ -36,38 +36,26 @@ import (
 	"github.com/leasebridge/leasebridge/transports/tagvalue"
 )
 
-// Sentinel errors; every error the package returns wraps one of them (or a
-// context error) and names the device, tag or node at fault.
+// Sentinel errors every device transport has (transports.DeviceErrors),
+// each reading "opcua: ...".
 var (
-	// ErrConfig reports an invalid device or tag configuration.
-	ErrConfig = errors.New("opcua: invalid configuration")
+	errs = transports.NewDeviceErrors("opcua")
+
+	ErrConfig, ErrClosed, ErrNotOpen, ErrConnect, ErrTimeout     = errs.Config, errs.Closed, errs.NotOpen, errs.Connect, errs.Timeout
+	ErrIO, ErrUnknownGroup, ErrUnknownTag, ErrReadOnly, ErrValue = errs.IO, errs.UnknownGroup, errs.UnknownTag, errs.ReadOnly, errs.Value
+)
+
+// Sentinel errors of this package alone. Every error the package returns
+// wraps one of these or of the shared ones above (or a context error) and
+// names the device, tag or node at fault.
+var (
 	// ErrAddress reports a tag address that is not a node id.
 	ErrAddress = errors.New("opcua: invalid node id")
-	// ErrValue reports a written value that does not fit its node.
-	ErrValue = transports.Sentinel("opcua: invalid value", transports.ErrBadValue)
-	// ErrConnect reports a failed connection, secure channel or session.
-	ErrConnect = errors.New("opcua: connect failed")
-	// ErrTimeout reports a server that did not answer within the request
-	// timeout; the session is closed.
-	ErrTimeout = errors.New("opcua: request timed out")
-	// ErrIO reports a session that broke during a request.
-	ErrIO = errors.New("opcua: connection failed")
 	// ErrStatus reports a node or service the server answered with a bad
 	// status code; the session stays open.
 	ErrStatus = errors.New("opcua: bad status")
 	// ErrNoValue reports a subscribed tag with no notification yet.
 	ErrNoValue = errors.New("opcua: no value yet")
-	// ErrClosed reports use of a transport that is closed or whose owner
-	// context has ended.
-	ErrClosed = errors.New("opcua: transport closed")
-	// ErrNotOpen reports a poll or write before Open.
-	ErrNotOpen = errors.New("opcua: transport not open")
-	// ErrUnknownTag reports a write to a tag the device does not define.
-	ErrUnknownTag = transports.Sentinel("opcua: unknown tag", transports.ErrUnknownTag)
-	// ErrUnknownGroup reports a poll of a group the device does not define.
-	ErrUnknownGroup = errors.New("opcua: unknown poll group")
-	// ErrReadOnly reports a write to a tag not marked writable.
-	ErrReadOnly = transports.Sentinel("opcua: tag not writable", transports.ErrReadOnly)
 )
 
 func init() {
@@ -94,7 +82,6 @@ type tag struct {
 	scale    *float64
 	offset   float64
 	deadband float64
-	writable bool
 }
 
 type group struct {
@@ -106,8 +93,11 @@ type group struct {
 }
 
 // Transport is one OPC UA server session. Its methods are safe for
-// concurrent use.
+// concurrent use; session changes and the requests of Poll, Write and the
+// watchdog are serialized. The embedded Conn holds the session's
+// owner-bound lifecycle.
 type Transport struct {
+	*transports.Conn[*session]
 	name     string
 	endpoint string
 	policy   string
@@ -118,26 +108,11 @@ type Transport struct {
 
 	connectTimeout, requestTimeout, closeTimeout time.Duration
 
-	groups map[string]*group
-	tags   map[string]*tag
-	subs   []*group
-
-	// io serializes session changes and the requests of Poll, Write and
-	// the watchdog.
-	io sync.Mutex
+	*transports.Catalog[*group, *tag]
+	subs []*group
 
 	// mu guards the fields below; it is never held during I/O.
 	mu        sync.Mutex
-	cur       *session
-	owner     context.Context
-	stopOwner func() bool
-	closed    bool
-	// life ends when the transport closes; it cancels a dial in progress
-	// so Close leaves no connection being made behind it.
-	life      context.Context
-	endLife   context.CancelFunc
-	done      chan struct{} // closed when the transport closes
-	state     transports.State
 	cache     map[string]transports.Value // last delivered value of subscribed tags
 	kinds     map[string]ua.TypeID        // node types learned by reading
 	endpoints []*ua.EndpointDescription
@@ -185,13 +160,17 @@ func New(name string, dev *routes.Device) (*Transport, error) {
 	}
 	t := &Transport{
 		name: name, endpoint: dev.Address, certFile: dev.CertFile, keyFile: dev.KeyFile, creds: dev.Credentials,
-		groups: map[string]*group{}, tags: map[string]*tag{},
 		cache: map[string]transports.Value{}, kinds: map[string]ua.TypeID{},
-		state: transports.State{Since: time.Now(), Err: ErrNotOpen},
-		done:  make(chan struct{}),
 	}
 	t.connectTimeout, t.requestTimeout, t.closeTimeout = dev.Timeouts()
-	t.life, t.endLife = context.WithCancel(context.Background())
+	t.Conn = transports.NewConn(transports.ConnConfig[*session]{
+		Name: name, Where: redact.URL(t.endpoint),
+		ConnectTimeout: t.connectTimeout, RequestTimeout: t.requestTimeout, CloseTimeout: t.closeTimeout,
+		Errors: errs,
+		Dial:   t.connect,
+		Hangup: t.closeSession,
+		Alive:  func(s *session) bool { return s.c.State() == opcua.Connected },
+	})
 	switch strings.ToLower(strings.TrimPrefix(dev.SecurityPolicy, "http://opcfoundation.org/UA/SecurityPolicy#")) {
 	case "", "none":
 		t.policy = PolicyNone
@@ -223,47 +202,30 @@ func New(name string, dev *routes.Device) (*Transport, error) {
 	if t.creds.Username != "" && t.creds.PasswordFile == "" && t.creds.PasswordEnv == "" {
 		return nil, fmt.Errorf("%w: device %q: username %q needs password_file or password_env", ErrConfig, name, t.creds.Username)
 	}
-	for _, pg := range dev.Groups {
-		if pg == nil {
-			continue
-		}
-		if _, dup := t.groups[pg.Name]; dup {
-			return nil, fmt.Errorf("%w: device %q: poll group %q defined twice", ErrConfig, name, pg.Name)
-		}
-		g := &group{name: pg.Name, sampling: pg.Interval.D(), publishing: pg.PublishingInterval.D()}
-		switch pg.Mode {
-		case "", "poll":
-		case "subscribe":
-			g.subscribe = true
-		default:
-			return nil, fmt.Errorf("%w: device %q: group %q: mode %q: want poll or subscribe", ErrConfig, name, pg.Name, pg.Mode)
-		}
-		if g.sampling <= 0 {
-			g.sampling = routes.DefaultPollInterval
-		}
-		if g.publishing <= 0 {
-			g.publishing = g.sampling
-		}
-		for _, tg := range pg.Tags {
-			if tg == nil {
-				continue
-			}
-			pt, err := parseTag(tg)
-			if err != nil {
-				return nil, fmt.Errorf("device %q: group %q: %w", name, pg.Name, err)
-			}
-			if _, dup := t.tags[pt.name]; dup {
-				return nil, fmt.Errorf("%w: device %q: tag %q defined twice", ErrConfig, name, pt.name)
-			}
-			t.tags[pt.name] = pt
-			g.tags = append(g.tags, pt)
-		}
-		t.groups[g.name] = g
-		if g.subscribe && len(g.tags) > 0 {
-			t.subs = append(t.subs, g)
-		}
+	var err error
+	t.Catalog, err = transports.NewCatalog(name, dev, []string{"poll", "subscribe"}, errs, parseTag, t.group)
+	if err != nil {
+		return nil, err
 	}
 	return t, nil
+}
+
+// group builds a poll or subscribe group; a subscribe group samples at
+// its interval and publishes at its publishing interval (by default the
+// same).
+func (t *Transport) group(pg *routes.PollGroup, tags []*tag) *group {
+	g := &group{name: pg.Name, subscribe: pg.Mode == "subscribe", tags: tags,
+		sampling: pg.Interval.D(), publishing: pg.PublishingInterval.D()}
+	if g.sampling <= 0 {
+		g.sampling = routes.DefaultPollInterval
+	}
+	if g.publishing <= 0 {
+		g.publishing = g.sampling
+	}
+	if g.subscribe && len(g.tags) > 0 {
+		t.subs = append(t.subs, g)
+	}
+	return g
 }
 
 func parseTag(tg *routes.Tag) (*tag, error) {
@@ -275,11 +237,11 @@ func parseTag(tg *routes.Tag) (*tag, error) {
 	if err != nil || !nodeIDForm.MatchString(addr) {
 		return nil, fmt.Errorf("%w: tag %q: address %q: want a node id such as ns=2;s=Temperature, ns=3;i=1001, ns=2;g=<GUID> or ns=2;b=<base64>", ErrAddress, tg.Name, tg.Address)
 	}
-	t := &tag{name: tg.Name, address: tg.Address, node: n, scale: tg.Scale, offset: tg.Offset, deadband: tg.Deadband, writable: tg.Writable}
+	t := &tag{name: tg.Name, address: tg.Address, node: n, scale: tg.Scale, offset: tg.Offset, deadband: tg.Deadband}
 	if tg.Type != "" {
 		k, ok := typeIDs[strings.ToLower(tg.Type)]
 		if !ok {
-			return nil, fmt.Errorf("%w: tag %q: type %q: want bool, int8, uint8, int16, uint16, int32, uint32, int64, uint64, float32, float64 or string", ErrConfig, tg.Name, tg.Type)
+			return nil, fmt.Errorf("%w: tag %q: type %q: want one of %s", ErrConfig, tg.Name, tg.Type, strings.Join(routes.TagTypes, ", "))
 		}
 		t.kind = k
 	}
@@ -300,36 +262,6 @@ func parseTag(tg *routes.Tag) (*tag, error) {
 // Modbus or S7 address pasted into an OPC UA tag.
 var nodeIDForm = regexp.MustCompile(`^(ns=\d+;)?[isgb]=.+$`)
 
-// Name identifies the transport.
-func (t *Transport) Name() string { return t.name }
-
-// ActivationBound is connect_timeout plus request_timeout: the secure
-// channel and session (and, before the first session, the endpoint
-// query), then one request_timeout for the first read and the creation of
-// every subscription.
-func (t *Transport) ActivationBound() time.Duration { return t.connectTimeout + t.requestTimeout }
-
-// CloseBound is close_timeout: half of it is given to closing the session
-// politely, then the socket is closed regardless.
-func (t *Transport) CloseBound() time.Duration { return t.closeTimeout }
-
-// State reports whether the session is up and its last request
-// succeeded.
-func (t *Transport) State() transports.State {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.state
-}
-
-func (t *Transport) setState(ok bool, err error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		return
-	}
-	t.state = t.state.Next(ok, err)
-}
-
 var _ transports.Notifier = (*Transport)(nil)
 
 // SetNotify registers f to receive every value a subscription delivers
@@ -346,26 +278,10 @@ func (t *Transport) SetNotify(f func(group string, v transports.Value)) {
 // session, every reconnection after it and the watchdog live only while
 // ctx does, and the session is closed at once when ctx ends.
 func (t *Transport) Open(ctx context.Context) error {
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		return fmt.Errorf("%w: device %q", ErrClosed, t.name)
-	}
-	if t.owner != nil {
-		t.mu.Unlock()
-		return fmt.Errorf("%w: device %q: opened twice", ErrConfig, t.name)
-	}
-	t.owner = ctx
-	t.stopOwner = context.AfterFunc(ctx, func() {
-		t.shut(fmt.Errorf("%w: device %q: owner context ended: %w", ErrClosed, t.name, context.Cause(ctx)))
+	err := t.Conn.Open(ctx, func(actx context.Context) error {
+		_, err := t.session(actx)
+		return err
 	})
-	t.mu.Unlock()
-
-	actx, cancel := context.WithTimeout(ctx, t.ActivationBound())
-	defer cancel()
-	t.io.Lock()
-	_, err := t.session(actx)
-	t.io.Unlock()
 	if err != nil {
 		return err
 	}
@@ -374,25 +290,6 @@ func (t *Transport) Open(ctx context.Context) error {
 		go t.watchdog()
 	}
 	return nil
-}
-
-// shut closes the transport for good, within the close bound.
-func (t *Transport) shut(reason error) {
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		return
-	}
-	t.closed = true
-	close(t.done)
-	t.endLife()
-	s := t.cur
-	t.cur = nil
-	t.state = transports.State{Since: time.Now(), Err: reason}
-	t.mu.Unlock()
-	if s != nil {
-		t.closeSession(s)
-	}
 }
 
 // closeSession ends a session: half the close bound for CloseSession,
@@ -404,69 +301,27 @@ func (t *Transport) closeSession(s *session) {
 	_ = s.c.Close(ctx)
 }
 
-// Close closes the session within CloseBound and stops the watchdog. It
-// is safe to call twice.
-func (t *Transport) Close(ctx context.Context) error {
-	t.mu.Lock()
-	stop := t.stopOwner
-	t.mu.Unlock()
-	if stop != nil {
-		stop()
-	}
-	t.shut(fmt.Errorf("%w: device %q", ErrClosed, t.name))
-	return nil
-}
-
 // session returns the live session, or connects one and sets it up (limits
 // read, subscriptions created) under ctx and the owner context. The caller
-// holds t.io.
+// holds the Conn's Lock.
 func (t *Transport) session(ctx context.Context) (*session, error) {
-	t.mu.Lock()
-	owner, closed, cur := t.owner, t.closed, t.cur
-	t.mu.Unlock()
-	switch {
-	case closed:
-		return nil, fmt.Errorf("%w: device %q", ErrClosed, t.name)
-	case owner == nil:
-		return nil, fmt.Errorf("%w: device %q", ErrNotOpen, t.name)
-	case cur != nil && cur.c.State() == opcua.Connected:
-		return cur, nil
-	case cur != nil:
-		t.drop(cur)
-	}
-	if err := transports.GuardRequest(ctx, owner); err != nil {
-		return nil, fmt.Errorf("device %q: connect: %w", t.name, err)
-	}
-	s, err := t.connect(ctx, owner)
-	if err != nil {
-		err = fmt.Errorf("%w: device %q at %s: %w", ErrConnect, t.name, redact.URL(t.endpoint), err)
-		t.setState(false, err)
-		return nil, err
+	s, fresh, err := t.Current(ctx)
+	if err != nil || !fresh {
+		return s, err
 	}
 	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		t.closeSession(s)
-		return nil, fmt.Errorf("%w: device %q", ErrClosed, t.name)
-	}
-	t.cur = s
 	t.sessions++
 	t.mu.Unlock()
 	if err := t.setup(ctx, s); err != nil {
 		return nil, err
 	}
-	t.setState(true, nil)
+	t.SetState(true, nil)
 	return s, nil
 }
 
-// connect opens the secure channel and session within connect_timeout.
-func (t *Transport) connect(ctx, owner context.Context) (*session, error) {
-	dctx, cancel := context.WithTimeout(ctx, t.connectTimeout)
-	defer cancel()
-	stopLife := context.AfterFunc(t.life, cancel)
-	defer stopLife()
-	stop := context.AfterFunc(owner, cancel)
-	defer stop()
+// connect opens the secure channel and session; dctx ends at
+// connect_timeout.
+func (t *Transport) connect(dctx context.Context) (*session, error) {
 
 	abort := &abortableDial{}
 	defer abort.finish()
@@ -597,27 +452,8 @@ func (t *Transport) setup(ctx context.Context, s *session) error {
 
 // fail drops a session after a failed request.
 func (t *Transport) fail(s *session, err error) {
-	t.drop(s)
-	t.setState(false, err)
-}
-
-// guard runs transports.GuardRequest with the owner context right before a
-// request is sent. The library's own publish loop cannot be guarded; the
-// owner context's end closes it.
-func (t *Transport) guard(ctx context.Context) error {
-	t.mu.Lock()
-	owner := t.owner
-	t.mu.Unlock()
-	return transports.GuardRequest(ctx, owner)
-}
-
-func (t *Transport) drop(s *session) {
-	t.mu.Lock()
-	if t.cur == s {
-		t.cur = nil
-	}
-	t.mu.Unlock()
-	t.closeSession(s)
+	t.Drop(s)
+	t.SetState(false, err)
 }
 
 // classify wraps a request error; any error but a bad service result
@@ -628,22 +464,7 @@ func (t *Transport) classify(ctx context.Context, s *session, what string, err e
 		sc != ua.StatusBadSessionIDInvalid && sc != ua.StatusBadSecureChannelClosed && sc != ua.StatusBadConnectionClosed {
 		return fmt.Errorf("%w: device %q: %s: %w", ErrStatus, t.name, what, err)
 	}
-	t.drop(s)
-	t.mu.Lock()
-	closed := t.closed
-	t.mu.Unlock()
-	switch {
-	case closed:
-		err = fmt.Errorf("%w: device %q: %s interrupted: %w", ErrClosed, t.name, what, err)
-	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ua.StatusBadTimeout):
-		err = fmt.Errorf("%w: device %q at %s: %s: no reply within %v", ErrTimeout, t.name, redact.URL(t.endpoint), what, t.requestTimeout)
-	case ctx.Err() != nil:
-		err = fmt.Errorf("device %q: %s: %w", t.name, what, context.Cause(ctx))
-	default:
-		err = fmt.Errorf("%w: device %q at %s: %s: %w", ErrIO, t.name, redact.URL(t.endpoint), what, err)
-	}
-	t.setState(false, err)
-	return err
+	return t.Failed(ctx, s, what, err, errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ua.StatusBadTimeout))
 }
 
 // read reads nodes in chunks of the server's MaxNodesPerRead, each bounded
@@ -656,7 +477,7 @@ func (t *Transport) read(ctx context.Context, s *session, nodes []*ua.ReadValueI
 	out := make([]*ua.DataValue, 0, len(nodes))
 	for start := 0; start < len(nodes); start += chunk {
 		part := nodes[start:min(len(nodes), start+chunk)]
-		if err := t.guard(ctx); err != nil {
+		if err := t.Guard(ctx); err != nil {
 			return nil, fmt.Errorf("device %q: read: %w", t.name, err)
 		}
 		rctx, cancel := context.WithTimeout(ctx, t.requestTimeout)
@@ -676,7 +497,7 @@ func (t *Transport) read(ctx context.Context, s *session, nodes []*ua.ReadValueI
 		}
 		out = append(out, res.Results...)
 	}
-	t.setState(true, nil)
+	t.SetState(true, nil)
 	return out, nil
 }
 
@@ -713,42 +534,33 @@ func (t *Transport) value(tg *tag, dv *ua.DataValue, now time.Time) transports.V
 // status; Poll fails, with every value Bad, only when the server cannot be
 // reached.
 func (t *Transport) Poll(ctx context.Context, name string) ([]transports.Value, error) {
-	g, ok := t.groups[name]
-	if !ok {
-		return nil, fmt.Errorf("%w %q on device %q", ErrUnknownGroup, name, t.name)
+	g, vals, err := t.Group(name)
+	if err != nil {
+		return nil, err
 	}
-	t.io.Lock()
-	defer t.io.Unlock()
-	vals := make([]transports.Value, len(g.tags))
-	var missing []int
-	t.mu.Lock()
-	for i, tg := range g.tags {
-		v, ok := t.cache[tg.name]
-		if g.subscribe && ok {
-			vals[i] = v
-			continue
-		}
-		missing = append(missing, i)
-	}
-	t.mu.Unlock()
+	t.Lock()
+	defer t.Unlock()
 	s, err := t.session(ctx)
 	if err != nil {
-		return t.failAll(g, err), err
+		return transports.FailUnread(vals, err)
 	}
-	if len(missing) == 0 {
-		return vals, nil
+	cached, missing := t.cached(g)
+	if len(missing) > 0 {
+		nodes := make([]*ua.ReadValueID, len(missing))
+		for k, i := range missing {
+			nodes[k] = &ua.ReadValueID{NodeID: g.tags[i].node, AttributeID: ua.AttributeIDValue}
+		}
+		res, err := t.read(ctx, s, nodes)
+		if err != nil {
+			return transports.FailUnread(vals, err)
+		}
+		now := time.Now()
+		for k, i := range missing {
+			vals[i] = t.value(g.tags[i], res[k], now)
+		}
 	}
-	nodes := make([]*ua.ReadValueID, len(missing))
-	for k, i := range missing {
-		nodes[k] = &ua.ReadValueID{NodeID: g.tags[i].node, AttributeID: ua.AttributeIDValue}
-	}
-	res, err := t.read(ctx, s, nodes)
-	if err != nil {
-		return t.failAll(g, err), err
-	}
-	now := time.Now()
-	for k, i := range missing {
-		vals[i] = t.value(g.tags[i], res[k], now)
+	for i, v := range cached {
+		vals[i] = v
 	}
 	if g.subscribe {
 		t.mu.Lock()
@@ -763,13 +575,21 @@ func (t *Transport) Poll(ctx context.Context, name string) ([]transports.Value, 
 	return vals, nil
 }
 
-func (t *Transport) failAll(g *group, err error) []transports.Value {
-	now := time.Now()
-	vals := make([]transports.Value, len(g.tags))
+// cached returns the delivered values of a subscribe group's tags by
+// index, and the indexes of the tags to read (every tag of a poll group).
+func (t *Transport) cached(g *group) (map[int]transports.Value, []int) {
+	cached := map[int]transports.Value{}
+	var missing []int
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	for i, tg := range g.tags {
-		vals[i] = transports.Value{Tag: tg.name, Quality: transports.Bad, Err: err, Timestamp: now}
+		if v, ok := t.cache[tg.name]; g.subscribe && ok {
+			cached[i] = v
+			continue
+		}
+		missing = append(missing, i)
 	}
-	return vals
+	return cached, missing
 }
 
 // Write writes one writable tag, converting value exactly to the node's
@@ -777,18 +597,15 @@ func (t *Transport) failAll(g *group, err error) []transports.Value {
 // read first if unknown). value may be a bool, any Go number, a
 // json.Number or a string; scale and offset are inverted first.
 func (t *Transport) Write(ctx context.Context, name string, value any) error {
-	tg, ok := t.tags[name]
-	if !ok {
-		return fmt.Errorf("%w %q on device %q", ErrUnknownTag, name, t.name)
-	}
-	if !tg.writable {
-		return fmt.Errorf("%w: tag %q on device %q (set writable: true)", ErrReadOnly, name, t.name)
+	tg, err := t.Writable(name)
+	if err != nil {
+		return err
 	}
 	wrap := func(err error) error {
 		return fmt.Errorf("write tag %q at %s on device %q: %w", tg.name, tg.address, t.name, err)
 	}
-	t.io.Lock()
-	defer t.io.Unlock()
+	t.Lock()
+	defer t.Unlock()
 	s, err := t.session(ctx)
 	if err != nil {
 		return wrap(err)
@@ -813,7 +630,7 @@ func (t *Transport) Write(ctx context.Context, name string, value any) error {
 	if err != nil {
 		return wrap(err)
 	}
-	if err := t.guard(ctx); err != nil {
+	if err := t.Guard(ctx); err != nil {
 		return wrap(err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, t.requestTimeout)
@@ -834,14 +651,14 @@ func (t *Transport) Write(ctx context.Context, name string, value any) error {
 	if res.Results[0] != ua.StatusOK {
 		return wrap(fmt.Errorf("%w: %w", ErrStatus, res.Results[0]))
 	}
-	t.setState(true, nil)
+	t.SetState(true, nil)
 	return nil
 }
 
 // subscribe creates the subscription of a group and its monitored items,
 // and starts the goroutine that receives its notifications.
 func (t *Transport) subscribe(ctx context.Context, s *session, g *group) error {
-	if err := t.guard(ctx); err != nil {
+	if err := t.Guard(ctx); err != nil {
 		return fmt.Errorf("device %q: subscribe: %w", t.name, err)
 	}
 	ch := make(chan *opcua.PublishNotificationData, 64)
@@ -951,15 +768,13 @@ func (t *Transport) receive(s *session, sb *sub, ch <-chan *opcua.PublishNotific
 	}
 }
 
-// withinDeadband reports whether v differs from old by less than the tag's
-// absolute deadband; status changes always pass.
+// withinDeadband reports whether v has not moved from old past the tag's
+// absolute deadband (transports.Moved); status changes always pass.
 func withinDeadband(tg *tag, old, v transports.Value) bool {
 	if tg.deadband <= 0 || old.Quality != transports.Good || v.Quality != transports.Good {
 		return false
 	}
-	a, ok1 := tagvalue.ToFloat(old.Value)
-	b, ok2 := tagvalue.ToFloat(v.Value)
-	return ok1 && ok2 && math.Abs(a-b) < tg.deadband
+	return !transports.Moved(old.Value, v.Value, tg.deadband)
 }
 
 // differs reports whether a probed value shows a change the subscription
@@ -968,15 +783,7 @@ func differs(tg *tag, cached, read transports.Value) bool {
 	if cached.Quality != read.Quality {
 		return true
 	}
-	if read.Quality != transports.Good {
-		return false
-	}
-	if a, ok := tagvalue.ToFloat(cached.Value); ok {
-		if b, ok := tagvalue.ToFloat(read.Value); ok {
-			return math.Abs(a-b) >= math.Max(tg.deadband, 0) && a != b
-		}
-	}
-	return fmt.Sprint(cached.Value) != fmt.Sprint(read.Value)
+	return read.Quality == transports.Good && transports.Moved(cached.Value, read.Value, max(tg.deadband, 0))
 }
 
 // watchdog keeps the subscriptions alive: it reconnects a dropped session,
@@ -995,20 +802,17 @@ func (t *Transport) watchdog() {
 	defer tick.Stop()
 	for {
 		select {
-		case <-t.done:
+		case <-t.Done():
 			return
 		case <-tick.C:
 		}
-		t.mu.Lock()
-		owner := t.owner
-		t.mu.Unlock()
-		t.io.Lock()
-		t.check(owner)
-		t.io.Unlock()
+		t.Lock()
+		t.check(t.Owner())
+		t.Unlock()
 	}
 }
 
-// check is one watchdog round; the caller holds t.io.
+// check is one watchdog round; the caller holds the Conn's Lock.
 func (t *Transport) check(owner context.Context) {
 	ctx, cancel := context.WithTimeout(owner, t.connectTimeout+t.requestTimeout)
 	defer cancel()

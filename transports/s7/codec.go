@@ -13,27 +13,27 @@ import (
 // decode turns a tag's bytes into its value, before scale and offset.
 func decode(t *tag, b []byte) any {
 	switch t.typ {
-	case typeBool:
+	case tagvalue.TypeBool:
 		return b[0]&(1<<uint(t.bit)) != 0
-	case typeInt8:
+	case tagvalue.TypeInt8:
 		return int8(b[0])
-	case typeUint8:
+	case tagvalue.TypeUint8:
 		return b[0]
-	case typeInt16:
+	case tagvalue.TypeInt16:
 		return int16(binary.BigEndian.Uint16(b))
-	case typeUint16:
+	case tagvalue.TypeUint16:
 		return binary.BigEndian.Uint16(b)
-	case typeInt32:
+	case tagvalue.TypeInt32:
 		return int32(binary.BigEndian.Uint32(b))
-	case typeUint32:
+	case tagvalue.TypeUint32:
 		return binary.BigEndian.Uint32(b)
-	case typeFloat32:
+	case tagvalue.TypeFloat32:
 		return math.Float32frombits(binary.BigEndian.Uint32(b))
-	case typeInt64:
+	case tagvalue.TypeInt64:
 		return int64(binary.BigEndian.Uint64(b))
-	case typeUint64:
+	case tagvalue.TypeUint64:
 		return binary.BigEndian.Uint64(b)
-	case typeFloat64:
+	case tagvalue.TypeFloat64:
 		return math.Float64frombits(binary.BigEndian.Uint64(b))
 	}
 	// An S7 STRING: declared length, current length, characters. A
@@ -45,7 +45,7 @@ func decode(t *tag, b []byte) any {
 // encode turns a written value into the tag's bytes; bools are written
 // as single bits by the caller.
 func encode(t *tag, v any) ([]byte, error) {
-	if t.typ == typeString {
+	if t.typ == tagvalue.TypeString {
 		s, ok := v.(string)
 		if !ok {
 			return nil, fmt.Errorf("%w: a string tag takes a string, got %T", ErrValue, v)
@@ -58,35 +58,9 @@ func encode(t *tag, v any) ([]byte, error) {
 		copy(b[2:], s)
 		return b, nil
 	}
-	n, err := tagvalue.ToNumber(v)
+	b, err := tagvalue.BigEndian(v, t.typ, t.scale, t.offset)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrValue, err)
-	}
-	n = tagvalue.Unscale(n, t.scale, t.offset)
-	switch t.typ {
-	case typeFloat32, typeFloat64:
-		bits := uint(32)
-		if t.typ == typeFloat64 {
-			bits = 64
-		}
-		f, err := tagvalue.Float(n, bits)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrValue, err)
-		}
-		if bits == 32 {
-			return binary.BigEndian.AppendUint32(nil, math.Float32bits(float32(f))), nil
-		}
-		return binary.BigEndian.AppendUint64(nil, math.Float64bits(f)), nil
-	}
-	bits := uint(8 * t.size)
-	signedType := t.typ == typeInt8 || t.typ == typeInt16 || t.typ == typeInt32 || t.typ == typeInt64
-	u, err := tagvalue.Integer(n, signedType, bits)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrValue, err)
-	}
-	b := make([]byte, t.size)
-	for i := range b {
-		b[len(b)-1-i] = byte(u >> (8 * uint(i)))
 	}
 	return b, nil
 }

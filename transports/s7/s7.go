@@ -12,8 +12,7 @@
 // here so a refused write reports its item's return code and a bit is
 // written as a bit, not by rewriting its byte.
 //
-// The configuration is a *routes.Device of kind s7 whose Settings are a
-// *Config (config.go), which this package registers with routes.
+// The configuration is a *routes.Device of kind s7.
 package s7
 
 import (
@@ -24,7 +23,6 @@ import (
 	"net"
 	"os"
 	"reflect"
-	"sync"
 	"time"
 	"unsafe"
 
@@ -35,36 +33,23 @@ import (
 	"github.com/leasebridge/leasebridge/transports/tagvalue"
 )
 
-// Sentinel errors; every error the package returns wraps one of them (or a
-// context error) and names the device, tag or address at fault.
+// Sentinel errors every device transport has (transports.DeviceErrors),
+// each reading "s7: ...".
 var (
-	// ErrConfig reports an invalid device or tag configuration.
-	ErrConfig = errors.New("s7: invalid configuration")
+	errs = transports.NewDeviceErrors("s7")
+
+	ErrConfig, ErrClosed, ErrNotOpen, ErrConnect, ErrTimeout     = errs.Config, errs.Closed, errs.NotOpen, errs.Connect, errs.Timeout
+	ErrIO, ErrUnknownGroup, ErrUnknownTag, ErrReadOnly, ErrValue = errs.IO, errs.UnknownGroup, errs.UnknownTag, errs.ReadOnly, errs.Value
+)
+
+// Sentinel errors of this package alone. Every error the package returns
+// wraps one of these or of the shared ones above (or a context error) and
+// names the device, tag or address at fault.
+var (
 	// ErrAddress reports a tag address that does not parse.
 	ErrAddress = errors.New("s7: invalid address")
-	// ErrValue reports a written value that does not fit its tag.
-	ErrValue = transports.Sentinel("s7: invalid value", transports.ErrBadValue)
-	// ErrConnect reports a failed connection: TCP, COTP or PDU negotiation.
-	ErrConnect = errors.New("s7: connect failed")
-	// ErrTimeout reports a PLC that did not answer within the request
-	// timeout; the connection is closed.
-	ErrTimeout = errors.New("s7: request timed out")
-	// ErrIO reports a connection that broke or a malformed reply; the
-	// connection is closed.
-	ErrIO = errors.New("s7: connection failed")
 	// ErrItem matches every ItemError with errors.Is.
 	ErrItem = errors.New("s7: PLC refused the item")
-	// ErrClosed reports use of a transport that is closed or whose owner
-	// context has ended.
-	ErrClosed = errors.New("s7: transport closed")
-	// ErrNotOpen reports a poll or write before Open.
-	ErrNotOpen = errors.New("s7: transport not open")
-	// ErrUnknownTag reports a write to a tag the device does not define.
-	ErrUnknownTag = transports.Sentinel("s7: unknown tag", transports.ErrUnknownTag)
-	// ErrUnknownGroup reports a poll of a group the device does not define.
-	ErrUnknownGroup = errors.New("s7: unknown poll group")
-	// ErrReadOnly reports a write to a tag not marked writable.
-	ErrReadOnly = transports.Sentinel("s7: tag not writable", transports.ErrReadOnly)
 	// ErrLibrary reports a gos7 build whose internals this package does not
 	// recognise; it cannot hand the library its socket.
 	ErrLibrary = errors.New("s7: unsupported gos7 version")
@@ -126,33 +111,18 @@ func (c *conn) close() {
 }
 
 // Transport is one S7 PLC connection. Its methods are safe for concurrent
-// use; requests are serialized.
+// use; requests are serialized (gos7 handles one exchange at a time). The
+// embedded Conn holds the connection's owner-bound lifecycle.
 type Transport struct {
+	*transports.Conn[*conn]
 	name       string
 	address    string
 	rack, slot int
 
-	connectTimeout, requestTimeout, closeTimeout time.Duration
+	connectTimeout, requestTimeout time.Duration
 
-	groups map[string]*group
-	tags   map[string]*tag
-	first  *group
-
-	// io serializes requests: gos7 handles one exchange at a time.
-	io sync.Mutex
-
-	// mu guards the fields below and is never held during I/O, so the
-	// owner context can close the socket while a request is in flight.
-	mu        sync.Mutex
-	cur       *conn
-	owner     context.Context
-	stopOwner func() bool
-	closed    bool
-	// life ends when the transport closes; it cancels a dial in progress
-	// so Close leaves no connection being made behind it.
-	life    context.Context
-	endLife context.CancelFunc
-	state   transports.State
+	*transports.Catalog[*group, *tag]
+	first *group
 }
 
 // New builds a transport for an s7 device, checking every tag.
@@ -170,92 +140,40 @@ func New(name string, dev *routes.Device) (*Transport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: device %q: %w", ErrConfig, name, err)
 	}
-	t := &Transport{
-		name: name, rack: cfg.Rack, slot: cfg.Slot,
-		groups: map[string]*group{},
-		tags:   map[string]*tag{},
-		state:  transports.State{Since: time.Now(), Err: ErrNotOpen},
-	}
-	t.connectTimeout, t.requestTimeout, t.closeTimeout = dev.Timeouts()
-	t.life, t.endLife = context.WithCancel(context.Background())
+	t := &Transport{name: name, rack: cfg.Rack, slot: cfg.Slot}
 	if t.address, err = dialAddress(dev.Address); err != nil {
 		return nil, fmt.Errorf("%w: device %q: %w", ErrConfig, name, err)
 	}
-	for _, pg := range dev.Groups {
-		if pg == nil {
-			continue
-		}
-		if _, dup := t.groups[pg.Name]; dup {
-			return nil, fmt.Errorf("%w: device %q: poll group %q defined twice", ErrConfig, name, pg.Name)
-		}
-		if pg.Mode != "" && pg.Mode != "poll" {
-			return nil, fmt.Errorf("%w: device %q: group %q: mode %q: S7 only polls", ErrConfig, name, pg.Name, pg.Mode)
-		}
-		g := &group{name: pg.Name}
-		for _, tg := range pg.Tags {
-			if tg == nil {
-				continue
+	t.Catalog, err = transports.NewCatalog(name, dev, []string{"poll"}, errs, parseTag,
+		func(pg *routes.PollGroup, tags []*tag) *group {
+			g := &group{name: pg.Name, tags: tags, spans: spans(tags)}
+			if t.first == nil && len(g.spans) > 0 {
+				t.first = g
 			}
-			pt, err := parseTag(tg)
-			if err != nil {
-				return nil, fmt.Errorf("device %q: group %q: %w", name, pg.Name, err)
-			}
-			if _, dup := t.tags[pt.name]; dup {
-				return nil, fmt.Errorf("%w: device %q: tag %q defined twice", ErrConfig, name, pt.name)
-			}
-			t.tags[pt.name] = pt
-			g.tags = append(g.tags, pt)
-		}
-		g.spans = spans(g.tags)
-		if t.first == nil && len(g.spans) > 0 {
-			t.first = g
-		}
-		t.groups[g.name] = g
+			return g
+		})
+	if err != nil {
+		return nil, err
 	}
+	var closing time.Duration
+	t.connectTimeout, t.requestTimeout, closing = dev.Timeouts()
+	t.Conn = transports.NewConn(transports.ConnConfig[*conn]{
+		Name: name, Where: fmt.Sprintf("%s (rack %d, slot %d)", t.address, t.rack, t.slot),
+		ConnectTimeout: t.connectTimeout, RequestTimeout: t.requestTimeout, CloseTimeout: closing,
+		Errors: errs,
+		Dial:   t.dial,
+		Hangup: (*conn).close,
+	})
 	return t, nil
-}
-
-// Name identifies the transport.
-func (t *Transport) Name() string { return t.name }
-
-// ActivationBound is connect_timeout plus request_timeout: the TCP, COTP
-// and PDU negotiation exchange, then the first read job.
-func (t *Transport) ActivationBound() time.Duration { return t.connectTimeout + t.requestTimeout }
-
-// CloseBound is close_timeout. Close shuts the socket without waiting for
-// the PLC, so it returns well within it.
-func (t *Transport) CloseBound() time.Duration { return t.closeTimeout }
-
-// State reports whether the connection is up and its last job succeeded
-// (an item the PLC refused counts: the PLC answered).
-func (t *Transport) State() transports.State {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.state
-}
-
-func (t *Transport) setState(ok bool, err error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		return // closing set the final state
-	}
-	t.setStateLocked(ok, err)
-}
-
-func (t *Transport) setStateLocked(ok bool, err error) {
-	t.state = t.state.Next(ok, err)
 }
 
 // PDU is the PDU length negotiated on the current connection, 0 when not
 // connected.
 func (t *Transport) PDU() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.cur == nil {
-		return 0
+	if c := t.Held(); c != nil {
+		return c.pdu
 	}
-	return t.cur.pdu
+	return 0
 }
 
 // Open connects and runs the first read job of the first poll group,
@@ -263,113 +181,35 @@ func (t *Transport) PDU() int {
 // every reconnection after it, lives only while ctx does, and is closed at
 // once when ctx ends.
 func (t *Transport) Open(ctx context.Context) error {
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		return fmt.Errorf("%w: device %q", ErrClosed, t.name)
-	}
-	if t.owner != nil {
-		t.mu.Unlock()
-		return fmt.Errorf("%w: device %q: opened twice", ErrConfig, t.name)
-	}
-	t.owner = ctx
-	t.stopOwner = context.AfterFunc(ctx, func() {
-		t.shut(fmt.Errorf("%w: device %q: owner context ended: %w", ErrClosed, t.name, context.Cause(ctx)))
-	})
-	t.mu.Unlock()
-
-	actx, cancel := context.WithTimeout(ctx, t.ActivationBound())
-	defer cancel()
-	t.io.Lock()
-	defer t.io.Unlock()
-	c, err := t.connected(actx)
-	if err != nil {
-		return err
-	}
-	if t.first == nil {
-		return nil
-	}
-	job := pack(t.first.spans, c.pdu)[0]
-	if _, _, err := t.readJobs(actx, t.first.spans, [][]chunk{job}); err != nil {
-		return fmt.Errorf("device %q: first read: %w", t.name, err)
-	}
-	return nil
-}
-
-func (t *Transport) shut(reason error) {
-	t.mu.Lock()
-	t.closed = true
-	t.endLife()
-	c := t.cur
-	t.cur = nil
-	t.setStateLocked(false, reason)
-	t.mu.Unlock()
-	if c != nil {
-		c.close()
-	}
-}
-
-// Close closes the connection, interrupting a job in flight rather than
-// waiting for it, so it returns within CloseBound. It is safe to call
-// twice.
-func (t *Transport) Close(ctx context.Context) error {
-	t.mu.Lock()
-	stop := t.stopOwner
-	t.mu.Unlock()
-	if stop != nil {
-		stop()
-	}
-	t.shut(fmt.Errorf("%w: device %q", ErrClosed, t.name))
-	return nil
-}
-
-// connected returns the live connection or makes one under ctx and the
-// owner context. The caller holds t.io.
-func (t *Transport) connected(ctx context.Context) (*conn, error) {
-	t.mu.Lock()
-	owner, closed, cur := t.owner, t.closed, t.cur
-	t.mu.Unlock()
-	switch {
-	case closed:
-		return nil, fmt.Errorf("%w: device %q", ErrClosed, t.name)
-	case owner == nil:
-		return nil, fmt.Errorf("%w: device %q", ErrNotOpen, t.name)
-	case cur != nil:
-		return cur, nil
-	}
-	if err := transports.GuardRequest(ctx, owner); err != nil {
-		return nil, fmt.Errorf("device %q: connect: %w", t.name, err)
-	}
-	c, err := t.dial(ctx, owner)
-	if err != nil {
-		if ctx.Err() != nil {
-			err = fmt.Errorf("%w (%w)", err, context.Cause(ctx))
+	return t.Conn.Open(ctx, func(actx context.Context) error {
+		c, err := t.connected(actx)
+		if err != nil {
+			return err
 		}
-		err = fmt.Errorf("%w: device %q at %s (rack %d, slot %d): %w", ErrConnect, t.name, t.address, t.rack, t.slot, err)
-		t.setState(false, err)
-		return nil, err
+		if t.first == nil {
+			return nil
+		}
+		job := pack(t.first.spans, c.pdu)[0]
+		if _, _, err := t.readJobs(actx, t.first.spans, [][]chunk{job}); err != nil {
+			return fmt.Errorf("device %q: first read: %w", t.name, err)
+		}
+		return nil
+	})
+}
+
+// connected returns the live connection or makes one. The caller holds
+// the Conn's Lock.
+func (t *Transport) connected(ctx context.Context) (*conn, error) {
+	c, fresh, err := t.Current(ctx)
+	if fresh {
+		t.SetState(true, nil)
 	}
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		c.close()
-		return nil, fmt.Errorf("%w: device %q", ErrClosed, t.name)
-	}
-	t.cur = c
-	t.mu.Unlock()
-	t.setState(true, nil)
-	return c, nil
+	return c, err
 }
 
 // dial opens the socket, hands it to a fresh gos7 handler and runs the
-// COTP connection and PDU negotiation, all within connect_timeout.
-func (t *Transport) dial(ctx, owner context.Context) (*conn, error) {
-	dctx, cancel := context.WithTimeout(ctx, t.connectTimeout)
-	defer cancel()
-	stopLife := context.AfterFunc(t.life, cancel)
-	defer stopLife()
-	stopOwner := context.AfterFunc(owner, cancel)
-	defer stopOwner()
+// COTP connection and PDU negotiation; dctx ends at connect_timeout.
+func (t *Transport) dial(dctx context.Context) (*conn, error) {
 	var d net.Dialer
 	nc, err := d.DialContext(dctx, "tcp", t.address)
 	if err != nil {
@@ -421,58 +261,31 @@ func adoptConn(h *gos7.TCPClientHandler, nc net.Conn) error {
 }
 
 // run executes one exchange on c bounded by request_timeout and ctx; any
-// failure closes the connection. The caller holds t.io.
+// failure but an item the PLC refused closes the connection. The caller
+// holds the Conn's Lock.
 func (t *Transport) run(ctx context.Context, c *conn, what string, fn func() error) error {
-	t.mu.Lock()
-	owner := t.owner
-	t.mu.Unlock()
-	if err := transports.GuardRequest(ctx, owner); err != nil {
-		// Nothing went on the wire; the connection is as good as before.
-		return fmt.Errorf("device %q: %s: %w", t.name, what, err)
-	}
 	timeout := t.requestTimeout
 	if d, ok := ctx.Deadline(); ok && time.Until(d) < timeout {
 		timeout = max(time.Until(d), time.Millisecond)
 	}
 	c.h.Timeout = timeout
-	stop := context.AfterFunc(ctx, func() { _ = c.nc.Close() })
+	end, err := t.Begin(ctx, c, what)
+	if err != nil {
+		return err
+	}
 	start := time.Now()
-	err := fn()
-	stop()
+	err = fn()
+	end()
 	if err == nil {
-		t.setState(true, nil)
+		t.SetState(true, nil)
 		return nil
 	}
 	var ie *ItemError
 	if errors.As(err, &ie) {
-		t.setState(true, nil)
+		t.SetState(true, nil)
 		return err
 	}
-	t.drop(c)
-	t.mu.Lock()
-	closed := t.closed
-	t.mu.Unlock()
-	switch {
-	case closed:
-		err = fmt.Errorf("%w: device %q: %s interrupted: %w", ErrClosed, t.name, what, err)
-	case ctx.Err() != nil:
-		err = fmt.Errorf("device %q: %s: %w", t.name, what, context.Cause(ctx))
-	case errors.Is(err, os.ErrDeadlineExceeded) || time.Since(start) >= timeout:
-		err = fmt.Errorf("%w: device %q at %s: %s: no reply within %v", ErrTimeout, t.name, t.address, what, timeout)
-	default:
-		err = fmt.Errorf("%w: device %q at %s: %s: %w", ErrIO, t.name, t.address, what, err)
-	}
-	t.setState(false, err)
-	return err
-}
-
-func (t *Transport) drop(c *conn) {
-	t.mu.Lock()
-	if t.cur == c {
-		t.cur = nil
-	}
-	t.mu.Unlock()
-	c.close()
+	return t.Failed(ctx, c, what, err, errors.Is(err, os.ErrDeadlineExceeded) || time.Since(start) >= timeout)
 }
 
 // readJobs runs read jobs over spans and returns each span's bytes or its
@@ -517,25 +330,13 @@ const wordLenByte = 0x02
 // they are read one by one, so one bad address spoils only its own tag.
 // Poll fails, with every value Bad, only when the PLC cannot be reached.
 func (t *Transport) Poll(ctx context.Context, name string) ([]transports.Value, error) {
-	g, ok := t.groups[name]
-	if !ok {
-		return nil, fmt.Errorf("%w %q on device %q", ErrUnknownGroup, name, t.name)
+	g, vals, err := t.Group(name)
+	if err != nil {
+		return nil, err
 	}
-	t.io.Lock()
-	defer t.io.Unlock()
-	vals := make([]transports.Value, len(g.tags))
-	for i, tg := range g.tags {
-		vals[i] = transports.Value{Tag: tg.name, Quality: transports.Bad}
-	}
-	fail := func(err error) ([]transports.Value, error) {
-		now := time.Now()
-		for i := range vals {
-			if vals[i].Err == nil && vals[i].Quality == transports.Bad {
-				vals[i].Err, vals[i].Timestamp = err, now
-			}
-		}
-		return vals, err
-	}
+	t.Lock()
+	defer t.Unlock()
+	fail := func(err error) ([]transports.Value, error) { return transports.FailUnread(vals, err) }
 	c, err := t.connected(ctx)
 	if err != nil {
 		return fail(err)
@@ -592,18 +393,15 @@ func bad(tg *tag, err error, now time.Time) transports.Value {
 // jobs as the PDU requires. value may be a bool, any Go number, a
 // json.Number or a decimal string; scale and offset are inverted first.
 func (t *Transport) Write(ctx context.Context, name string, value any) error {
-	tg, ok := t.tags[name]
-	if !ok {
-		return fmt.Errorf("%w %q on device %q", ErrUnknownTag, name, t.name)
-	}
-	if !tg.writable {
-		return fmt.Errorf("%w: tag %q on device %q (set writable: true)", ErrReadOnly, name, t.name)
+	tg, err := t.Writable(name)
+	if err != nil {
+		return err
 	}
 	wrap := func(err error) error {
 		return fmt.Errorf("write tag %q at %s on device %q: %w", tg.name, tg.address, t.name, err)
 	}
 	var data []byte
-	if tg.typ == typeBool {
+	if tg.typ == tagvalue.TypeBool {
 		b, err := tagvalue.Bool(value)
 		if err != nil {
 			return wrap(fmt.Errorf("%w: %w", ErrValue, err))
@@ -619,13 +417,13 @@ func (t *Transport) Write(ctx context.Context, name string, value any) error {
 			return wrap(err)
 		}
 	}
-	t.io.Lock()
-	defer t.io.Unlock()
+	t.Lock()
+	defer t.Unlock()
 	c, err := t.connected(ctx)
 	if err != nil {
 		return wrap(err)
 	}
-	if tg.typ == typeBool {
+	if tg.typ == tagvalue.TypeBool {
 		req := writeRequest(tg.area, tg.db, tg.start*8+tg.bit, true, data)
 		return wrapNil(wrap, t.run(ctx, c, "write bit", func() error { return sendWrite(c.h, req) }))
 	}

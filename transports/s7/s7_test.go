@@ -8,24 +8,20 @@ import (
 	"math"
 	"net"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/robinson/gos7"
 
-	"github.com/leasebridge/leasebridge/internal/faultproxy"
 	"github.com/leasebridge/leasebridge/routes"
 	"github.com/leasebridge/leasebridge/transports"
 	"github.com/leasebridge/leasebridge/transports/s7/s7test"
+	"github.com/leasebridge/leasebridge/transports/transporttest"
 )
 
 type rig struct {
-	srv   *s7test.Server
-	proxy *faultproxy.Proxy
-	tr    *Transport
-	owner context.Context
-	stop  context.CancelFunc
+	*transporttest.Rig[*Transport]
+	srv *s7test.Server
 }
 
 // newRig starts the S7 test server (rack 0, slot 1) behind a counting
@@ -37,11 +33,7 @@ func newRig(t *testing.T, pdu int, dev *routes.Device) *rig {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Close)
-	px, err := faultproxy.Start(context.Background(), srv.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = px.Close() })
+	px := transporttest.Proxy(t, srv.Addr())
 	dev.Kind = Kind
 	dev.Address = px.Addr()
 	if dev.Settings == nil {
@@ -51,66 +43,17 @@ func newRig(t *testing.T, pdu int, dev *routes.Device) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	owner, stop := context.WithCancel(context.Background())
 	t.Cleanup(func() {
-		stop()
-		_ = tr.Close(context.Background())
-		if peak := px.Peak(); peak > 1 {
-			t.Errorf("PLC saw %d concurrent connections, want at most 1", peak)
-		}
 		if _, peak, _ := srv.Conns(); peak > 1 {
 			t.Errorf("server counted %d concurrent connections, want at most 1", peak)
 		}
 	})
-	return &rig{srv: srv, proxy: px, tr: tr, owner: owner, stop: stop}
-}
-
-func (r *rig) open(t *testing.T) {
-	t.Helper()
-	if err := r.tr.Open(r.owner); err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-}
-
-func (r *rig) poll(t *testing.T, group string) map[string]transports.Value {
-	t.Helper()
-	vals, err := r.tr.Poll(context.Background(), group)
-	if err != nil {
-		t.Fatalf("Poll %s: %v", group, err)
-	}
-	m := map[string]transports.Value{}
-	for _, v := range vals {
-		m[v.Tag] = v
-	}
-	return m
-}
-
-// waitNoConn waits until the proxy has seen the transport's connection
-// close; the proxy notices closes asynchronously.
-func (r *rig) waitNoConn(t *testing.T) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := r.proxy.WaitFor(ctx, func(s faultproxy.Stats) bool { return s.Current == 0 }); err != nil {
-		t.Fatalf("the transport kept a failed connection open: %+v", r.proxy.Stats())
-	}
+	return &rig{Rig: transporttest.NewRig(t, px, tr), srv: srv}
 }
 
 func ptr[T any](v T) *T { return &v }
 
-func mustGood(t *testing.T, vals map[string]transports.Value, name string, want any) {
-	t.Helper()
-	v, ok := vals[name]
-	if !ok {
-		t.Fatalf("tag %s missing", name)
-	}
-	if v.Quality != transports.Good || v.Err != nil || v.Timestamp.IsZero() {
-		t.Fatalf("tag %s: quality %s, err %v, time %v", name, v.Quality, v.Err, v.Timestamp)
-	}
-	if fmt.Sprintf("%T %v", v.Value, v.Value) != fmt.Sprintf("%T %v", want, want) {
-		t.Errorf("tag %s = %T %v, want %T %v", name, v.Value, v.Value, want, want)
-	}
-}
+var mustGood = transporttest.MustGood
 
 // db1 is a data block laid out by hand with encoding/binary.
 func db1() []byte {
@@ -152,11 +95,11 @@ func TestReadEveryTypeAndArea(t *testing.T) {
 	r.srv.SetArea(s7test.AreaI, 0, []byte{0b10, 0, 0x12, 0x34})
 	r.srv.SetArea(s7test.AreaQ, 0, []byte{1, 0, 0, 0})
 	r.srv.SetArea(s7test.AreaQ, 4, binary.BigEndian.AppendUint32(nil, math.Float32bits(0.5)))
-	r.open(t)
-	if r.tr.PDU() != 240 {
-		t.Errorf("negotiated PDU %d, want the server's 240", r.tr.PDU())
+	r.Open(t)
+	if r.Tr.PDU() != 240 {
+		t.Errorf("negotiated PDU %d, want the server's 240", r.Tr.PDU())
 	}
-	v := r.poll(t, "all")
+	v := r.Poll(t, "all")
 	mustGood(t, v, "x0", true)
 	mustGood(t, v, "x1", false)
 	mustGood(t, v, "x7", true)
@@ -201,9 +144,9 @@ func TestBatchingByPDU(t *testing.T) {
 		}
 		long := strings.Repeat("0123456789", 25) + "abcd"
 		r.srv.SetDB(100, append([]byte{254, 254}, long...))
-		r.open(t)
+		r.Open(t)
 		before := r.srv.Jobs()
-		v := r.poll(t, "g")
+		v := r.Poll(t, "g")
 		for i := 1; i <= 30; i++ {
 			mustGood(t, v, fmt.Sprint("d", i), int16(i*100))
 		}
@@ -233,7 +176,7 @@ func TestWrites(t *testing.T) {
 	r.srv.SetDB(1, make([]byte, 128))
 	r.srv.SetDB(2, make([]byte, 256))
 	r.srv.SetDB(1, append([]byte{0b1000_0001}, make([]byte, 127)...))
-	r.open(t)
+	r.Open(t)
 	ctx := context.Background()
 	long := strings.Repeat("xyz", 84) + "ab"
 	for _, w := range []struct {
@@ -241,7 +184,7 @@ func TestWrites(t *testing.T) {
 		v   any
 	}{{"x3", true}, {"int", -300}, {"real", "2.5"}, {"lint", int64(math.MinInt64)}, {"ulint", uint64(math.MaxUint64)},
 		{"lreal", -0.125}, {"str", "written"}, {"scaled", 7.5}, {"mb", 255}, {"q", 1}, {"long", long}} {
-		if err := r.tr.Write(ctx, w.tag, w.v); err != nil {
+		if err := r.Tr.Write(ctx, w.tag, w.v); err != nil {
 			t.Fatalf("write %s: %v", w.tag, err)
 		}
 	}
@@ -272,13 +215,13 @@ func TestWrites(t *testing.T) {
 	}
 	// Clear a bit while the PLC sets another in the same byte.
 	r.srv.SetDB(1, append([]byte{0b0100_1000}, db[1:]...))
-	if err := r.tr.Write(ctx, "x3", false); err != nil {
+	if err := r.Tr.Write(ctx, "x3", false); err != nil {
 		t.Fatal(err)
 	}
 	if got := r.srv.DB(1)[0]; got != 0b0100_0000 {
 		t.Errorf("bit clear: byte %08b, want 01000000", got)
 	}
-	v := r.poll(t, "w")
+	v := r.Poll(t, "w")
 	mustGood(t, v, "lint", int64(math.MinInt64))
 	mustGood(t, v, "ulint", uint64(math.MaxUint64))
 	mustGood(t, v, "lreal", -0.125)
@@ -295,12 +238,12 @@ func TestWrites(t *testing.T) {
 		{"int", 40000, ErrValue}, {"mb", -1, ErrValue}, {"str", strings.Repeat("x", 21), ErrValue},
 		{"x3", "maybe", ErrValue}, {"ro", 1, ErrReadOnly}, {"nope", 1, ErrUnknownTag}, {"far", 1, ErrItem},
 	} {
-		err := r.tr.Write(ctx, bad.tag, bad.v)
+		err := r.Tr.Write(ctx, bad.tag, bad.v)
 		if !errors.Is(err, bad.want) || !strings.Contains(err.Error(), bad.tag) {
 			t.Errorf("write %s=%v: %v, want %v naming the tag", bad.tag, bad.v, err, bad.want)
 		}
 	}
-	if err := r.tr.Write(ctx, "far", 1); err == nil || !strings.Contains(err.Error(), "address out of range") {
+	if err := r.Tr.Write(ctx, "far", 1); err == nil || !strings.Contains(err.Error(), "address out of range") {
 		t.Errorf("write beyond the DB: %v", err)
 	}
 	if _, _, total := r.srv.Conns(); total != 1 {
@@ -316,8 +259,8 @@ func TestBadAddresses(t *testing.T) {
 		{Name: "far", Address: "DB1.DBD100"},
 	}}}})
 	r.srv.SetDB(1, []byte{0, 42, 0})
-	r.open(t)
-	v := r.poll(t, "g")
+	r.Open(t)
+	v := r.Poll(t, "g")
 	mustGood(t, v, "ok", int16(42))
 	for name, want := range map[string]string{"edge": "address out of range", "far": "address out of range", "nodb": "Item not available"} {
 		b := v[name]
@@ -329,7 +272,7 @@ func TestBadAddresses(t *testing.T) {
 			t.Errorf("%s: error %q lacks %q or the tag name", name, msg, want)
 		}
 	}
-	if !r.tr.State().Converged {
+	if !r.Tr.State().Converged {
 		t.Error("a refused item marked the transport unconverged")
 	}
 }
@@ -366,7 +309,7 @@ func TestConfigErrors(t *testing.T) {
 
 func TestRackSlot(t *testing.T) {
 	r := newRig(t, 240, &routes.Device{Settings: &Config{Slot: 2}, Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Name: "x", Address: "MW0"}}}}})
-	err := r.tr.Open(r.owner)
+	err := r.Tr.Open(r.Owner)
 	if !errors.Is(err, ErrConnect) || !strings.Contains(err.Error(), "rack 0, slot 2") {
 		t.Fatalf("Open with the wrong slot: %v, want ErrConnect naming rack and slot", err)
 	}
@@ -375,26 +318,26 @@ func TestRackSlot(t *testing.T) {
 func TestRestartAndReconnect(t *testing.T) {
 	r := newRig(t, 480, &routes.Device{Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Name: "x", Address: "MW0"}}}}})
 	r.srv.SetArea(s7test.AreaM, 0, []byte{0, 1})
-	r.open(t)
-	mustGood(t, r.poll(t, "g"), "x", uint16(1))
+	r.Open(t)
+	mustGood(t, r.Poll(t, "g"), "x", uint16(1))
 	r.srv.Stop()
-	vals, err := r.tr.Poll(context.Background(), "g")
+	vals, err := r.Tr.Poll(context.Background(), "g")
 	if !errors.Is(err, ErrIO) && !errors.Is(err, ErrConnect) {
 		t.Fatalf("poll of a stopped PLC: %v", err)
 	}
-	if vals[0].Quality != transports.Bad || vals[0].Err == nil || r.tr.State().Converged {
-		t.Errorf("after failure: %+v, state %+v", vals, r.tr.State())
+	if vals[0].Quality != transports.Bad || vals[0].Err == nil || r.Tr.State().Converged {
+		t.Errorf("after failure: %+v, state %+v", vals, r.Tr.State())
 	}
-	r.waitNoConn(t)
-	if _, err := r.tr.Poll(context.Background(), "g"); !errors.Is(err, ErrConnect) {
+	r.WaitConns(t, 0)
+	if _, err := r.Tr.Poll(context.Background(), "g"); !errors.Is(err, ErrConnect) {
 		t.Errorf("poll while down: %v, want ErrConnect", err)
 	}
 	if err := r.srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
 	r.srv.SetArea(s7test.AreaM, 0, []byte{0, 2})
-	mustGood(t, r.poll(t, "g"), "x", uint16(2))
-	if !r.tr.State().Converged {
+	mustGood(t, r.Poll(t, "g"), "x", uint16(2))
+	if !r.Tr.State().Converged {
 		t.Error("not converged after reconnecting")
 	}
 }
@@ -403,94 +346,18 @@ func TestTimeouts(t *testing.T) {
 	dev := &routes.Device{ConnectTimeout: routes.Duration(300 * time.Millisecond), RequestTimeout: routes.Duration(200 * time.Millisecond),
 		Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Name: "x", Address: "MW0"}}}}}
 	r := newRig(t, 240, dev)
-	r.open(t)
+	r.Open(t)
 	r.srv.Hang()
-	if _, err := r.tr.Poll(context.Background(), "g"); !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "plc7") {
+	if _, err := r.Tr.Poll(context.Background(), "g"); !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "plc7") {
 		t.Fatalf("poll of a hung PLC: %v, want ErrTimeout naming the device", err)
 	}
-	r.waitNoConn(t)
+	r.WaitConns(t, 0)
 	r.srv.Unhang()
-	r.poll(t, "g")
-	if st := r.proxy.Stats(); st.Accepted != 2 {
+	r.Poll(t, "g")
+	if st := r.Proxy.Stats(); st.Accepted != 2 {
 		t.Errorf("%d connections, want 2", st.Accepted)
 	}
 
-	// A PLC that accepts TCP but never answers the handshake: Open gives
-	// up within its disclosed bound.
-	r2 := newRig(t, 240, &routes.Device{ConnectTimeout: routes.Duration(300 * time.Millisecond), RequestTimeout: routes.Duration(200 * time.Millisecond)})
-	r2.srv.Hang()
-	defer r2.srv.Unhang()
-	start := time.Now()
-	err := r2.tr.Open(r2.owner)
-	if took := time.Since(start); took > r2.tr.ActivationBound() {
-		t.Errorf("Open took %v, beyond its activation bound %v", took, r2.tr.ActivationBound())
-	}
-	if !errors.Is(err, ErrConnect) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("Open against a silent PLC: %v", err)
-	}
-	r2.waitNoConn(t)
-}
-
-func TestOwnerContextCancel(t *testing.T) {
-	r := newRig(t, 240, &routes.Device{CloseTimeout: routes.Duration(500 * time.Millisecond),
-		Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Name: "x", Address: "MW0"}}}}})
-	r.open(t)
-	r.poll(t, "g")
-	r.srv.Hang()
-	defer r.srv.Unhang()
-	done := make(chan error, 1)
-	go func() {
-		_, err := r.tr.Poll(context.Background(), "g")
-		done <- err
-	}()
-	// COTP, setup, first read, poll, then the hung poll.
-	if err := r.proxy.WaitFor(context.Background(), func(s faultproxy.Stats) bool { return len(s.Conns) == 1 && s.Conns[0].Requests >= 5 }); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	r.stop()
-	if err := r.proxy.WaitFor(context.Background(), func(s faultproxy.Stats) bool { return s.Current == 0 }); err != nil {
-		t.Fatal(err)
-	}
-	if took := time.Since(start); took > r.tr.CloseBound() {
-		t.Errorf("closed %v after the owner context ended, beyond the close bound %v", took, r.tr.CloseBound())
-	}
-	if err := <-done; !errors.Is(err, ErrClosed) {
-		t.Errorf("poll in flight: %v, want ErrClosed", err)
-	}
-	if _, err := r.tr.Poll(context.Background(), "g"); !errors.Is(err, ErrClosed) {
-		t.Errorf("poll after the owner context ended: %v", err)
-	}
-	if err := r.tr.Open(context.Background()); !errors.Is(err, ErrClosed) {
-		t.Errorf("reopen: %v", err)
-	}
-	if st := r.proxy.Stats(); st.Accepted != 1 {
-		t.Errorf("%d connections; reconnected after the owner context ended", st.Accepted)
-	}
-}
-
-func TestCloseWithinBound(t *testing.T) {
-	r := newRig(t, 240, &routes.Device{Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Name: "x", Address: "MW0"}}}}})
-	r.open(t)
-	r.srv.Hang()
-	defer r.srv.Unhang()
-	go func() { _, _ = r.tr.Poll(context.Background(), "g") }()
-	if err := r.proxy.WaitFor(context.Background(), func(s faultproxy.Stats) bool { return len(s.Conns) == 1 && s.Conns[0].Requests >= 4 }); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	if err := r.tr.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if took := time.Since(start); took > r.tr.CloseBound() {
-		t.Errorf("Close took %v, beyond %v", took, r.tr.CloseBound())
-	}
-	if err := r.proxy.WaitFor(context.Background(), func(s faultproxy.Stats) bool { return s.Current == 0 }); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.tr.Close(context.Background()); err != nil {
-		t.Error(err)
-	}
 }
 
 // TestAdoptConn fails if the pinned gos7 changes the field the transport
@@ -542,55 +409,17 @@ func TestPack(t *testing.T) {
 	}
 }
 
-// TestGuard checks a refused owner guard keeps a job off the wire.
-func TestGuard(t *testing.T) {
-	r := newRig(t, 240, &routes.Device{Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Name: "x", Address: "MW0", Writable: true}}}}})
-	var fenced atomic.Bool
-	r.owner = transports.WithGuard(r.owner, func() error {
-		if fenced.Load() {
-			return errors.New("past the fence deadline")
+// TestEveryTagType: the PLC takes every type of the one list.
+func TestEveryTagType(t *testing.T) {
+	for _, typ := range routes.TagTypes {
+		addr := "DB1.DBB0"
+		if typ == "bool" {
+			addr = "DB1.DBX0.0"
 		}
-		return nil
-	})
-	r.open(t)
-	r.poll(t, "g")
-	jobs := r.srv.Jobs()
-	fenced.Store(true)
-	if _, err := r.tr.Poll(context.Background(), "g"); !errors.Is(err, transports.ErrGuard) {
-		t.Errorf("poll past the fence: %v, want ErrGuard", err)
-	}
-	if err := r.tr.Write(context.Background(), "x", 1); !errors.Is(err, transports.ErrGuard) {
-		t.Errorf("write past the fence: %v, want ErrGuard", err)
-	}
-	if got := r.srv.Jobs(); got != jobs {
-		t.Errorf("%d jobs reached the PLC past the fence", got-jobs)
-	}
-}
-
-// TestCloseDuringConnect closes while the handshake hangs: Open returns
-// at once and no connection is left being made.
-func TestCloseDuringConnect(t *testing.T) {
-	r := newRig(t, 240, &routes.Device{ConnectTimeout: routes.Duration(30 * time.Second),
-		Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Name: "x", Address: "MW0"}}}}})
-	r.srv.Hang()
-	defer r.srv.Unhang()
-	done := make(chan error, 1)
-	go func() { done <- r.tr.Open(r.owner) }()
-	if err := r.proxy.WaitFor(context.Background(), func(s faultproxy.Stats) bool { return len(s.Conns) == 1 && s.Conns[0].Requests >= 1 }); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	if err := r.tr.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	err := <-done
-	if err := r.proxy.WaitFor(context.Background(), func(s faultproxy.Stats) bool { return s.Current == 0 }); err != nil {
-		t.Fatal(err)
-	}
-	if took := time.Since(start); took > r.tr.CloseBound() {
-		t.Errorf("the handshake outlived Close by %v, beyond the close bound %v", took, r.tr.CloseBound())
-	}
-	if err == nil {
-		t.Error("Open succeeded after Close")
+		dev := &routes.Device{Kind: Kind, Address: "127.0.0.1", Settings: &Config{Slot: 1},
+			Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Name: "x", Address: addr, Type: typ, Length: 4}}}}}
+		if _, err := New("plc7", dev); err != nil {
+			t.Errorf("type %s: %v", typ, err)
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/leasebridge/leasebridge/routes"
+	"github.com/leasebridge/leasebridge/transports/tagvalue"
 )
 
 // area is an S7 memory area code as it appears on the wire.
@@ -32,36 +33,18 @@ func (a area) String() string {
 	return "DB"
 }
 
-// dataType is a tag's value type; S7 values are big-endian.
-type dataType string
-
-const (
-	typeBool    dataType = "bool"
-	typeInt8    dataType = "int8"
-	typeUint8   dataType = "uint8"
-	typeInt16   dataType = "int16"
-	typeUint16  dataType = "uint16"
-	typeInt32   dataType = "int32"
-	typeUint32  dataType = "uint32"
-	typeInt64   dataType = "int64"
-	typeUint64  dataType = "uint64"
-	typeFloat32 dataType = "float32"
-	typeFloat64 dataType = "float64"
-	typeString  dataType = "string"
-)
-
 // sizes of the fixed-size types in bytes.
-var sizes = map[dataType]int{
-	typeBool: 1, typeInt8: 1, typeUint8: 1, typeInt16: 2, typeUint16: 2,
-	typeInt32: 4, typeUint32: 4, typeFloat32: 4, typeInt64: 8, typeUint64: 8, typeFloat64: 8,
+var sizes = map[tagvalue.Type]int{
+	tagvalue.TypeBool: 1, tagvalue.TypeInt8: 1, tagvalue.TypeUint8: 1, tagvalue.TypeInt16: 2, tagvalue.TypeUint16: 2,
+	tagvalue.TypeInt32: 4, tagvalue.TypeUint32: 4, tagvalue.TypeFloat32: 4, tagvalue.TypeInt64: 8, tagvalue.TypeUint64: 8, tagvalue.TypeFloat64: 8,
 }
 
 // typeAliases maps TIA type names to ours.
-var typeAliases = map[string]dataType{
-	"byte": typeUint8, "usint": typeUint8, "sint": typeInt8, "char": typeUint8,
-	"word": typeUint16, "uint": typeUint16, "int": typeInt16,
-	"dword": typeUint32, "udint": typeUint32, "dint": typeInt32, "real": typeFloat32,
-	"lword": typeUint64, "ulint": typeUint64, "lint": typeInt64, "lreal": typeFloat64,
+var typeAliases = map[string]tagvalue.Type{
+	"byte": tagvalue.TypeUint8, "usint": tagvalue.TypeUint8, "sint": tagvalue.TypeInt8, "char": tagvalue.TypeUint8,
+	"word": tagvalue.TypeUint16, "uint": tagvalue.TypeUint16, "int": tagvalue.TypeInt16,
+	"dword": tagvalue.TypeUint32, "udint": tagvalue.TypeUint32, "dint": tagvalue.TypeInt32, "real": tagvalue.TypeFloat32,
+	"lword": tagvalue.TypeUint64, "ulint": tagvalue.TypeUint64, "lint": tagvalue.TypeInt64, "lreal": tagvalue.TypeFloat64,
 }
 
 // maxString is the longest S7 STRING.
@@ -69,18 +52,17 @@ const maxString = 254
 
 // tag is a parsed routes.Tag.
 type tag struct {
-	name     string
-	address  string
-	area     area
-	db       int
-	start    int // first byte
-	bit      int // bit of a bool, else -1
-	size     int // bytes on the PLC, the STRING header included
-	typ      dataType
-	strMax   int // declared length of a STRING
-	scale    *float64
-	offset   float64
-	writable bool
+	name    string
+	address string
+	area    area
+	db      int
+	start   int // first byte
+	bit     int // bit of a bool, else -1
+	size    int // bytes on the PLC, the STRING header included
+	typ     tagvalue.Type
+	strMax  int // declared length of a STRING
+	scale   *float64
+	offset  float64
 }
 
 var (
@@ -96,7 +78,7 @@ func parseTag(tg *routes.Tag) (*tag, error) {
 	if tg.Name == "" {
 		return nil, fmt.Errorf("%w: a tag at address %q has no name", ErrConfig, tg.Address)
 	}
-	t := &tag{name: tg.Name, address: tg.Address, bit: -1, scale: tg.Scale, offset: tg.Offset, writable: tg.Writable}
+	t := &tag{name: tg.Name, address: tg.Address, bit: -1, scale: tg.Scale, offset: tg.Offset}
 	bad := func(why string) error {
 		return fmt.Errorf("%w: tag %q: address %q: %s", ErrAddress, tg.Name, tg.Address, why)
 	}
@@ -148,7 +130,7 @@ func parseTag(tg *routes.Tag) (*tag, error) {
 	if t.start, err = strconv.Atoi(num); err != nil || t.start > 65535 {
 		return nil, bad("byte offset must be 0..65535")
 	}
-	typ := dataType(strings.ToLower(strings.TrimSpace(tg.Type)))
+	typ := tagvalue.Type(strings.ToLower(strings.TrimSpace(tg.Type)))
 	if a, ok := typeAliases[string(typ)]; ok {
 		typ = a
 	}
@@ -161,9 +143,9 @@ func parseTag(tg *routes.Tag) (*tag, error) {
 			return nil, bad("bit must be 0..7")
 		}
 		if typ == "" {
-			typ = typeBool
+			typ = tagvalue.TypeBool
 		}
-		if typ != typeBool {
+		if typ != tagvalue.TypeBool {
 			return nil, fmt.Errorf("%w: tag %q: type %q: a bit address holds a bool", ErrConfig, tg.Name, tg.Type)
 		}
 	case "S":
@@ -171,22 +153,22 @@ func parseTag(tg *routes.Tag) (*tag, error) {
 		if err != nil || t.strMax < 1 || t.strMax > maxString {
 			return nil, bad(fmt.Sprintf("STRING length must be 1..%d", maxString))
 		}
-		if typ != "" && typ != typeString {
+		if typ != "" && typ != tagvalue.TypeString {
 			return nil, fmt.Errorf("%w: tag %q: type %q: a STRING address holds a string", ErrConfig, tg.Name, tg.Type)
 		}
-		typ = typeString
+		typ = tagvalue.TypeString
 	default:
 		if sub != "" {
 			return nil, bad("only a bit address (X) takes .<bit>")
 		}
-		def := map[string]dataType{"B": typeUint8, "W": typeUint16, "D": typeUint32}[width]
+		def := map[string]tagvalue.Type{"B": tagvalue.TypeUint8, "W": tagvalue.TypeUint16, "D": tagvalue.TypeUint32}[width]
 		if typ == "" {
 			typ = def
 		}
-		if typ == typeBool {
+		if typ == tagvalue.TypeBool {
 			return nil, fmt.Errorf("%w: tag %q: a bool needs a bit address such as DB1.DBX0.0", ErrConfig, tg.Name)
 		}
-		if typ == typeString {
+		if typ == tagvalue.TypeString {
 			if width != "B" {
 				return nil, fmt.Errorf("%w: tag %q: a string needs a byte address (DB1.DBB10) or DB1.STRING10.<length>", ErrConfig, tg.Name)
 			}
@@ -195,7 +177,7 @@ func parseTag(tg *routes.Tag) (*tag, error) {
 				return nil, fmt.Errorf("%w: tag %q: a string needs length 1..%d", ErrConfig, tg.Name, maxString)
 			}
 		} else if _, ok := sizes[typ]; !ok {
-			return nil, fmt.Errorf("%w: tag %q: type %q: want bool, int8, uint8, int16, uint16, int32, uint32, int64, uint64, float32, float64 or string (or a TIA name such as INT, DINT, REAL, LREAL)", ErrConfig, tg.Name, tg.Type)
+			return nil, fmt.Errorf("%w: tag %q: type %q: want one of %s (or a TIA name such as INT, DINT, REAL, LREAL)", ErrConfig, tg.Name, tg.Type, strings.Join(routes.TagTypes, ", "))
 		} else if width != "B" && sizes[typ] != sizes[def] {
 			// DBB only fixes the start, so it may begin a value of any
 			// size; DBW and DBD promise a width.
@@ -204,13 +186,13 @@ func parseTag(tg *routes.Tag) (*tag, error) {
 	}
 	t.typ = typ
 	t.size = sizes[typ]
-	if typ == typeString {
+	if typ == tagvalue.TypeString {
 		t.size = t.strMax + 2
 	}
 	if t.start+t.size > 65536 {
 		return nil, bad("the value runs past byte 65535")
 	}
-	if (t.scale != nil || t.offset != 0) && (typ == typeBool || typ == typeString) {
+	if (t.scale != nil || t.offset != 0) && (typ == tagvalue.TypeBool || typ == tagvalue.TypeString) {
 		return nil, fmt.Errorf("%w: tag %q: scale and offset apply to numbers, not to %s", ErrConfig, tg.Name, typ)
 	}
 	if t.scale != nil && *t.scale == 0 {

@@ -18,6 +18,7 @@
 package tagvalue
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,6 +26,27 @@ import (
 	"math/big"
 	"strconv"
 	"strings"
+)
+
+// Type is a tag's value type as the configuration names it; routes.TagTypes
+// is the list of them, and each device transport's TestEveryTagType holds
+// its codec to that list.
+type Type string
+
+// The tag types.
+const (
+	TypeBool    Type = "bool"
+	TypeInt8    Type = "int8"
+	TypeUint8   Type = "uint8"
+	TypeInt16   Type = "int16"
+	TypeUint16  Type = "uint16"
+	TypeInt32   Type = "int32"
+	TypeUint32  Type = "uint32"
+	TypeInt64   Type = "int64"
+	TypeUint64  Type = "uint64"
+	TypeFloat32 Type = "float32"
+	TypeFloat64 Type = "float64"
+	TypeString  Type = "string"
 )
 
 // ErrValue matches every error of this package: a written value that is
@@ -342,4 +364,53 @@ func Bool(v any) (bool, error) {
 		return true, nil
 	}
 	return false, errorf("%v is not a bool (want true, false, 0 or 1)", v)
+}
+
+// BigEndian converts a written value to the big-endian bytes of a numeric
+// tag type (int8 … uint64, float32, float64, as the configuration names
+// them), inverting scale and offset first: the wire form Modbus registers
+// and S7 memory share before Modbus applies its byte order.
+func BigEndian(v any, typ Type, scale *float64, offset float64) ([]byte, error) {
+	n, err := ToNumber(v)
+	if err != nil {
+		return nil, err
+	}
+	n = Unscale(n, scale, offset)
+	switch typ {
+	case TypeFloat32, TypeFloat64:
+		bits := uint(32)
+		if typ == TypeFloat64 {
+			bits = 64
+		}
+		f, err := Float(n, bits)
+		if err != nil {
+			return nil, err
+		}
+		if bits == 32 {
+			return binary.BigEndian.AppendUint32(nil, math.Float32bits(float32(f))), nil
+		}
+		return binary.BigEndian.AppendUint64(nil, math.Float64bits(f)), nil
+	}
+	bits, err := intBits(typ)
+	if err != nil {
+		return nil, err
+	}
+	u, err := Integer(n, strings.HasPrefix(string(typ), "int"), bits)
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, bits/8)
+	for i := range b {
+		b[len(b)-1-i] = byte(u >> (8 * uint(i)))
+	}
+	return b, nil
+}
+
+// intBits is the width of an integer tag type.
+func intBits(typ Type) (uint, error) {
+	bits, err := strconv.Atoi(strings.TrimPrefix(strings.TrimPrefix(string(typ), "u"), "int"))
+	if err != nil || !strings.Contains(string(typ), "int") || (bits != 8 && bits != 16 && bits != 32 && bits != 64) {
+		return 0, errorf("type %q is not a number type", typ)
+	}
+	return uint(bits), nil
 }

@@ -1,6 +1,7 @@
 package tagvalue
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -282,5 +283,36 @@ func TestWrappedInTransportSentinel(t *testing.T) {
 	}
 	if !errors.Is(err, errTransport) || !errors.Is(err, ErrValue) {
 		t.Errorf("wrapped error %v matches neither sentinel", err)
+	}
+}
+
+func TestBigEndian(t *testing.T) {
+	ten := 10.0
+	for _, tc := range []struct {
+		v     any
+		typ   Type
+		scale *float64
+		want  string // hex, or "" for a refusal
+	}{
+		{-2, "int8", nil, "fe"},
+		{200, "uint8", nil, "c8"},
+		{-12345, "int16", nil, "cfc7"},
+		{54321, "uint16", nil, "d431"},
+		{"-123456789", "int32", nil, "f8a432eb"},
+		{uint64(1) << 63, "uint64", nil, "8000000000000000"},
+		{-12.625, "float32", nil, "c14a0000"},
+		{1.5, "float64", nil, "3ff8000000000000"},
+		{25, "int16", &ten, ""}, // 2.5 is not an integer
+		{250, "int16", &ten, "0019"},
+		{70000, "uint16", nil, ""},
+		{1, "string", nil, ""},
+	} {
+		b, err := BigEndian(tc.v, tc.typ, tc.scale, 0)
+		switch {
+		case tc.want == "" && (err == nil || !errors.Is(err, ErrValue)):
+			t.Errorf("%v as %s: % x %v, want a refusal", tc.v, tc.typ, b, err)
+		case tc.want != "" && (err != nil || hex.EncodeToString(b) != tc.want):
+			t.Errorf("%v as %s: % x %v, want %s", tc.v, tc.typ, b, err, tc.want)
+		}
 	}
 }
