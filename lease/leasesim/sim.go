@@ -64,7 +64,9 @@ func (f *Failure) Error() string {
 type Stats struct {
 	Steps     int
 	Takeovers int
-	Probes    int // owner deaths and releases checked for liveness
+	// FedTakeovers are the takeovers by nodes that read in bulk.
+	FedTakeovers int
+	Probes       int // owner deaths and releases checked for liveness
 	// MaxOwnerDeath is the probed owner death whose takeover came
 	// closest to its budget, OwnerDeathLimit that budget:
 	// admission.OwnerDeath with A = S = 0 and the larger of the owner's
@@ -134,6 +136,9 @@ type node struct {
 	off, ppm    int64
 	mgrs        []*mgr
 	deferred    []*event
+	// fed nodes read every row in one bulk read per poll (lease.RowSource)
+	// and feed their standbys from it; the others read per session.
+	fed bool
 }
 
 // local is the node's clock at real instant r: a fixed offset and a rate
@@ -216,6 +221,7 @@ type obligation struct {
 type sim struct {
 	o     Options
 	rnd   *rand.Rand
+	brnd  *rand.Rand // the draws of bulk reads
 	now   int64
 	seq   uint64
 	q     queue
@@ -311,6 +317,15 @@ func (s *sim) setup() error {
 		s.odMax, s.relMax = max(s.odMax, od), max(s.relMax, rel)
 	}
 
+	// On odd seeds each node feeds its standbys from bulk reads with
+	// probability 1/2 (a fleet mixing both read paths, as during the
+	// upgrade that introduced them); even seeds read per session on every
+	// node. Bulk reads draw from their own source, so even seeds replay as
+	// they did before bulk reads existed.
+	s.brnd = rand.New(rand.NewPCG(s.o.Seed^0x5eed, 0xb01c))
+	for _, n := range s.nodes {
+		n.fed = s.o.Seed%2 == 1 && s.brnd.IntN(2) == 0
+	}
 	s.store = lease.NewMemStore()
 	for i := range ns {
 		s.keys = append(s.keys, fmt.Sprintf("s%d", i))
@@ -330,6 +345,9 @@ func (s *sim) setup() error {
 	}
 	s.calm = true
 	s.tracef("setup seed=%d nodes=%d sessions=%d mixed=%v %s", s.o.Seed, nn, ns, s.stats.Mixed, s.stats.Timing)
+	for _, n := range s.nodes {
+		s.tracef("n%d fed=%v", n.id, n.fed)
+	}
 	return nil
 }
 
@@ -424,6 +442,9 @@ func (s *sim) startNode(n *node) {
 	for _, m := range n.mgrs {
 		s.startMgr(m)
 	}
+	if n.fed {
+		s.bulkRead(n)
+	}
 }
 
 func (s *sim) startMgr(m *mgr) {
@@ -439,6 +460,7 @@ func (s *sim) startMgr(m *mgr) {
 	if s.o.FenceMode != FenceCorrect {
 		hook.SetFenceMode(core, s.o.FenceMode)
 	}
+	core.SetFed(m.n.fed)
 	m.core = core
 	s.handle(m, core.Tick(m.n.local(s.now)))
 }
@@ -482,6 +504,9 @@ func (s *sim) onEvent(m *mgr, ev lease.Event) {
 		m.term = t
 		s.terms[m.session] = append(s.terms[m.session], t)
 		s.stats.Takeovers++
+		if m.n.fed {
+			s.stats.FedTakeovers++
+		}
 		s.meet(t)
 	case lease.EventFenced:
 		if m.term != nil {

@@ -89,11 +89,12 @@ func TestSeeds(t *testing.T) {
 	if f != nil {
 		t.Fatalf("%v\nreplay: go test ./lease/leasesim -run TestReplay -seed=%d -v\n%s", f, f.Seed, trace(f.Seed, FenceCorrect, 80))
 	}
-	var steps, takeovers, probes int
+	var steps, takeovers, fed, probes int
 	var od, rel, odLim, relLim time.Duration
 	for _, s := range stats {
 		steps += s.Steps
 		takeovers += s.Takeovers
+		fed += s.FedTakeovers
 		probes += s.Probes
 		if s.OwnerDeathLimit > 0 && float64(s.MaxOwnerDeath)/float64(s.OwnerDeathLimit) > float64(od)/float64(max(odLim, 1)) {
 			od, odLim = s.MaxOwnerDeath, s.OwnerDeathLimit
@@ -102,10 +103,13 @@ func TestSeeds(t *testing.T) {
 			rel, relLim = s.MaxRelease, s.ReleaseLimit
 		}
 	}
-	t.Logf("%d seeds in %v: %d steps, %d takeovers, %d liveness probes; worst owner-death takeover %v of budget %v; worst release takeover %v of budget %v",
-		n, time.Since(start).Round(time.Millisecond), steps, takeovers, probes, od, odLim, rel, relLim)
+	t.Logf("%d seeds in %v: %d steps, %d takeovers (%d by nodes reading in bulk), %d liveness probes; worst owner-death takeover %v of budget %v; worst release takeover %v of budget %v",
+		n, time.Since(start).Round(time.Millisecond), steps, takeovers, fed, probes, od, odLim, rel, relLim)
 	if probes == 0 {
 		t.Fatal("no liveness probe ran")
+	}
+	if fed == 0 {
+		t.Fatal("no node reading in bulk took a session over")
 	}
 }
 
