@@ -63,6 +63,14 @@ func medianResult(name string) (result, int, bool) {
 }
 
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(nodeEnv); spec != "" {
+		// A bench node process started by BenchmarkStandbyScale.
+		if err := runBenchNode(spec); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	code := m.Run()
 	resultsMu.Lock()
 	n := len(runs)
