@@ -176,6 +176,9 @@ type mgr struct {
 	stopped bool
 	// partitioned cuts this manager alone off the store.
 	partitioned bool
+	// chaosRelease: a release asked for in a chaos phase; if it completes
+	// in the calm phase, the manager restarts as a standby then.
+	chaosRelease bool
 }
 
 func (m *mgr) cut() bool { return m.partitioned || m.n.partitioned }
@@ -449,7 +452,7 @@ func (s *sim) startNode(n *node) {
 
 func (s *sim) startMgr(m *mgr) {
 	m.inc++
-	m.stopped = false
+	m.stopped, m.chaosRelease = false, false
 	m.term = nil
 	m.id = lease.Identity{Node: fmt.Sprintf("n%d", m.n.id), Owner: fmt.Sprintf("n%d#%d.%d", m.n.id, m.n.gen, m.inc)}
 	seed := s.o.Seed ^ uint64(m.n.id)<<40 ^ uint64(m.session)<<32 ^ uint64(m.n.gen)<<16 ^ uint64(m.inc)
@@ -518,6 +521,16 @@ func (s *sim) onEvent(m *mgr, ev lease.Event) {
 		}
 	case lease.EventReleased:
 		m.stopped = true
+		if s.calm && m.chaosRelease {
+			// The calm phase's heal ran while this release was in
+			// flight: stand by again, as heal would have made it.
+			inc := m.inc
+			s.at(s.now, m.n, func() {
+				if m.stopped && m.inc == inc {
+					s.startMgr(m)
+				}
+			})
+		}
 	}
 }
 
