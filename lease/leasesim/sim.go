@@ -45,6 +45,8 @@ type Options struct {
 	// the managers fence at lease_ttl - clock_rate_margin, as if closing
 	// took no time.
 	ForgetCloseBound bool
+	// AllFed makes every node read in bulk (test switch), on every seed.
+	AllFed bool
 }
 
 // Failure is a violated assertion; its Seed replays it exactly.
@@ -327,7 +329,7 @@ func (s *sim) setup() error {
 	// they did before bulk reads existed.
 	s.brnd = rand.New(rand.NewPCG(s.o.Seed^0x5eed, 0xb01c))
 	for _, n := range s.nodes {
-		n.fed = s.o.Seed%2 == 1 && s.brnd.IntN(2) == 0
+		n.fed = s.o.AllFed || s.o.Seed%2 == 1 && s.brnd.IntN(2) == 0
 	}
 	s.store = lease.NewMemStore()
 	for i := range ns {
