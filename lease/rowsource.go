@@ -191,7 +191,7 @@ func (g *rowGroup) round() {
 		case err != nil:
 			f.r.Err = err
 		case found:
-			f.r = Result{Row: rv.Row, Version: rv.Version, Err: rv.Err}
+			f.r = Result(rv)
 		}
 		select {
 		case <-sub.ch: // replace an undelivered older feed

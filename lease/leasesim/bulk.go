@@ -29,7 +29,7 @@ func (s *sim) bulkRead(n *node) {
 			}
 			r := lease.Result{Err: err}
 			if rv, ok := rows[s.keys[m.session]]; ok && err == nil {
-				r = lease.Result{Row: rv.Row, Version: rv.Version, Err: rv.Err}
+				r = lease.Result(rv)
 			}
 			s.handle(m, m.core.Feed(n.local(s.now), sent, r))
 		}
