@@ -51,10 +51,11 @@ type RowSource struct {
 type cadence struct{ poll, call time.Duration }
 
 type rowGroup struct {
-	src  *RowSource
-	cad  cadence
-	subs map[*rowSub]struct{} // guarded by src.mu
-	wake chan struct{}        // a subscriber started waiting (cap 1)
+	src   *RowSource
+	cad   cadence
+	subs  map[*rowSub]struct{} // guarded by src.mu
+	wake  chan struct{}        // a subscriber started waiting (cap 1)
+	fresh chan struct{}        // a manager subscribed (cap 1)
 }
 
 // rowSub is one manager's subscription.
@@ -102,12 +103,16 @@ func (s *RowSource) subscribe(key string, cfg Config) *rowSub {
 	defer s.mu.Unlock()
 	g := s.groups[cad]
 	if g == nil {
-		g = &rowGroup{src: s, cad: cad, subs: map[*rowSub]struct{}{}, wake: make(chan struct{}, 1)}
+		g = &rowGroup{src: s, cad: cad, subs: map[*rowSub]struct{}{}, wake: make(chan struct{}, 1), fresh: make(chan struct{}, 1)}
 		s.groups[cad] = g
 		go g.run()
 	}
 	sub := &rowSub{g: g, key: key, ch: make(chan rowFeed, 1)}
 	g.subs[sub] = struct{}{}
+	select {
+	case g.fresh <- struct{}{}:
+	default:
+	}
 	return sub
 }
 
@@ -155,7 +160,10 @@ func (g *rowGroup) waiting() (subs []*rowSub, ok bool) {
 }
 
 // run is the group's poll loop: a read whenever a subscriber waits, then
-// the jittered acquire_poll_interval a standby's own Acquire would wait.
+// the jittered acquire_poll_interval a standby's own Acquire would wait,
+// cut short when a manager subscribes: a newly started standby reads at
+// once, as one reading its own row does. Reading more often than the poll
+// only makes a takeover sooner.
 func (g *rowGroup) run() {
 	for {
 		subs, ok := g.waiting()
@@ -163,12 +171,23 @@ func (g *rowGroup) run() {
 			return
 		}
 		if len(subs) == 0 {
-			<-g.wake
+			select {
+			case <-g.wake:
+			case <-g.fresh:
+			}
 			continue
+		}
+		select {
+		case <-g.fresh: // the round below serves it
+		default:
 		}
 		g.round()
 		t := time.NewTimer(g.pollWait())
-		<-t.C
+		select {
+		case <-t.C:
+		case <-g.fresh:
+			t.Stop()
+		}
 	}
 }
 

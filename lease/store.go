@@ -7,8 +7,9 @@
 // and the results of store calls and answers with the next call to make or
 // the instant to wake up. Manager is the thin run loop that drives a Core
 // against a Store with real clocks and hands the owner a context that ends
-// at the self-fence deadline. docs/lease-protocol.md explains why the fence
-// makes two owners impossible.
+// at the self-fence deadline. RowSource lets the standbys of one process
+// share one bulk read per poll. docs/lease-protocol.md explains why the
+// fence makes two owners impossible.
 package lease
 
 import (
