@@ -51,11 +51,11 @@ type RowSource struct {
 type cadence struct{ poll, call time.Duration }
 
 type rowGroup struct {
-	src   *RowSource
-	cad   cadence
-	subs  map[*rowSub]struct{} // guarded by src.mu
-	wake  chan struct{}        // a subscriber started waiting (cap 1)
-	fresh chan struct{}        // a manager subscribed (cap 1)
+	src  *RowSource
+	cad  cadence
+	subs map[*rowSub]struct{} // guarded by src.mu
+	wake chan struct{}        // a subscriber started waiting (cap 1)
+	soon chan struct{}        // read without waiting out the poll (cap 1)
 }
 
 // rowSub is one manager's subscription.
@@ -103,16 +103,13 @@ func (s *RowSource) subscribe(key string, cfg Config) *rowSub {
 	defer s.mu.Unlock()
 	g := s.groups[cad]
 	if g == nil {
-		g = &rowGroup{src: s, cad: cad, subs: map[*rowSub]struct{}{}, wake: make(chan struct{}, 1), fresh: make(chan struct{}, 1)}
+		g = &rowGroup{src: s, cad: cad, subs: map[*rowSub]struct{}{}, wake: make(chan struct{}, 1), soon: make(chan struct{}, 1)}
 		s.groups[cad] = g
 		go g.run()
 	}
 	sub := &rowSub{g: g, key: key, ch: make(chan rowFeed, 1)}
 	g.subs[sub] = struct{}{}
-	select {
-	case g.fresh <- struct{}{}:
-	default:
-	}
+	g.hurry()
 	return sub
 }
 
@@ -133,6 +130,26 @@ func (sub *rowSub) close() {
 func (sub *rowSub) setWant(on bool) {
 	if sub.want.Swap(on) != on && on {
 		sub.g.poke()
+	}
+}
+
+// ReadSoon makes every group read at once rather than at the end of its
+// poll, e.g. when a release is expected: its standbys see it without
+// waiting a poll. Reading more often than the poll never makes a takeover
+// less safe.
+func (s *RowSource) ReadSoon() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, g := range s.groups {
+		g.hurry()
+	}
+}
+
+// hurry cuts the group's current poll wait short.
+func (g *rowGroup) hurry() {
+	select {
+	case g.soon <- struct{}{}:
+	default:
 	}
 }
 
@@ -173,19 +190,19 @@ func (g *rowGroup) run() {
 		if len(subs) == 0 {
 			select {
 			case <-g.wake:
-			case <-g.fresh:
+			case <-g.soon:
 			}
 			continue
 		}
 		select {
-		case <-g.fresh: // the round below serves it
+		case <-g.soon: // the round below serves it
 		default:
 		}
 		g.round()
 		t := time.NewTimer(g.pollWait())
 		select {
 		case <-t.C:
-		case <-g.fresh:
+		case <-g.soon:
 			t.Stop()
 		}
 	}

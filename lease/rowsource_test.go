@@ -168,3 +168,27 @@ func TestRowSourceFleet(t *testing.T) {
 		t.Fatalf("takeover of every session took %v, budget %v", took, budget.Total)
 	}
 }
+
+// ReadSoon cuts the poll short: the next bulk read comes well before the
+// earliest instant a jittered poll would allow.
+func TestRowSourceReadSoon(t *testing.T) {
+	tm := admission.Timing{LeaseTTL: 8 * time.Second, RenewInterval: time.Second, RenewJitter: 200 * time.Millisecond,
+		RenewCallTimeout: 500 * time.Millisecond, AcquirePollInterval: 2 * time.Second, StepDownGrace: time.Second, MaxRenewFails: 2}
+	cfg := testConfig(t, tm, 20*time.Millisecond)
+	st := NewMemStore()
+	keys := []string{"s0", "s1"}
+	startFleetNode(t, st, "a", cfg, keys)
+	waitFor(t, 10*time.Second, func() bool { return owners(st, keys, "a") == len(keys) })
+	b := startFleetNode(t, st, "b", cfg, keys)
+	// Wait for a read after b's startup reads, then ask for another.
+	waitFor(t, 10*time.Second, func() bool { return b.src.Reads() >= 1 })
+	r0 := b.src.Reads()
+	waitFor(t, 10*time.Second, func() bool { return b.src.Reads() > r0 })
+	r1, seen := b.src.Reads(), time.Now()
+	b.src.ReadSoon()
+	earliest := admission.MinJitteredPoll(cfg.AcquirePollInterval)
+	waitFor(t, 10*time.Second, func() bool { return b.src.Reads() > r1 })
+	if took := time.Since(seen); took >= earliest {
+		t.Fatalf("the read after ReadSoon came %v after the previous one, no sooner than a poll (%v)", took, earliest)
+	}
+}
