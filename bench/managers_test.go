@@ -36,8 +36,14 @@ func cpuTime() time.Duration {
 // 1,000-session process: 1,000 lease.Managers on the clustered profile,
 // each owning its row in an in-memory store, with nothing else running.
 // It reports their CPU at idle (% of one core) and goroutines, to tell the
-// lease layer's share from the transports'. It runs once whatever b.N is.
+// lease layer's share from the transports'; the baseline in the same run
+// is 10 managers. It runs once whatever b.N is.
 func BenchmarkIdleLeaseManagers(b *testing.B) {
+	b.Run("1000", func(b *testing.B) { idleLeaseManagers(b, manySessions, "sessions/1000-lease-managers-only") })
+	b.Run("10", func(b *testing.B) { idleLeaseManagers(b, 10, "sessions/10-lease-managers-only") })
+}
+
+func idleLeaseManagers(b *testing.B, n int, name string) {
 	cfg, err := routes.Parse("one.yaml", []byte(oneSession))
 	if err != nil {
 		b.Fatal(err)
@@ -47,7 +53,7 @@ func BenchmarkIdleLeaseManagers(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	g0 := runtime.NumGoroutine()
-	mgrs := make([]*lease.Manager, manySessions)
+	mgrs := make([]*lease.Manager, n)
 	for i := range mgrs {
 		m, err := lease.NewManager(lease.Options{Store: store, Key: fmt.Sprintf("s%04d", i), Identity: lease.NewIdentity("n"), Config: lc})
 		if err != nil {
@@ -72,5 +78,5 @@ func BenchmarkIdleLeaseManagers(b *testing.B) {
 	gs := float64(runtime.NumGoroutine() - g0)
 	b.ReportMetric(cpu, "cpu_idle_pct")
 	b.ReportMetric(gs, "goroutines")
-	record("sessions/1000-lease-managers-only", result{N: 1, Metrics: map[string]float64{"cpu_idle_pct": cpu, "goroutines": gs}})
+	record(name, result{N: 1, Metrics: map[string]float64{"cpu_idle_pct": cpu, "goroutines": gs}})
 }

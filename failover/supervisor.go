@@ -85,6 +85,11 @@ func routesBySession(cfg *routes.Config) map[string][]*routes.Route {
 // New builds a manager per admitted session; nothing is opened until Run.
 func New(o Options) (*Supervisor, error) {
 	sv := &Supervisor{o: o, stepDown: make(chan stepDownRequest, 1), health: newStoreHealth(o)}
+	// One bulk read per poll for all standbys, when the store can.
+	var rows *lease.RowSource
+	if pr, ok := o.Store.(lease.PrefixReader); ok {
+		rows, _ = lease.NewRowSource(lease.RowSourceOptions{Store: pr}) // pr is not nil
+	}
 	byName := routesBySession(o.Config)
 	inputs := map[string]routes.Session{}
 	for _, s := range o.Config.Sessions() {
@@ -107,6 +112,7 @@ func New(o Options) (*Supervisor, error) {
 			Key:      rep.Session,
 			Identity: o.Identity,
 			Config:   lease.ConfigFromReport(rep),
+			Rows:     rows,
 			OnEvent:  s.handle,
 			OnRenewFailure: func(err error) {
 				o.Metrics.RenewFailures.WithLabelValues(rep.Session).Inc()

@@ -192,6 +192,10 @@ type Core struct {
 	holdUntil      time.Duration // no new term, no release before this
 	releaseWanted  bool
 	releaseRetried bool
+
+	// fed: a RowSource reads the row for this core (Feed); the core
+	// never issues its own Acquire read.
+	fed bool
 }
 
 func init() {
@@ -228,6 +232,36 @@ func (c *Core) Owner() (epoch uint64, deadline time.Duration, ok bool) {
 
 // Pending reports whether an Op is outstanding.
 func (c *Core) Pending() bool { return c.pending != pNone }
+
+// SetFed switches the standby's Acquire read to Feed: the core stops
+// reading its row itself and acts on the bulk reads it is handed instead.
+// Every other call (compare-and-swap, renew, authoritative read, release)
+// it still issues itself.
+func (c *Core) SetFed(on bool) { c.fed = on }
+
+// WantsFeed reports whether Feed would act now: a fed standby with no
+// call outstanding and no release asked for.
+func (c *Core) WantsFeed() bool {
+	return c.fed && c.state == StateStandby && c.pending == pNone && !c.releaseWanted
+}
+
+// Feed hands a fed standby the outcome of a read of its row that a
+// RowSource made for many rows at once: sent is when that read was sent,
+// r its row, version or error, and now an instant after its response
+// arrived. It is the Acquire read: a new revision's baseline is now, and a
+// takeover's compare-and-swap shares one renew_call_timeout with the read,
+// counted from sent. A core that is not waiting for a feed (WantsFeed is
+// false, or a fenced term's post-fence hold has not passed) ignores it.
+func (c *Core) Feed(now, sent time.Duration, r Result) Step {
+	var s Step
+	c.fenceCheck(now, &s)
+	if c.WantsFeed() && now >= c.holdUntil {
+		c.callEnd = sent + c.cfg.RenewCallTimeout
+		c.onAcquireRead(now, r, &s)
+	}
+	c.next(now, &s)
+	return s
+}
 
 // Tick advances the core to now: it fences an owner whose deadline has
 // passed and issues the call that is due.
@@ -355,6 +389,9 @@ func (c *Core) next(now time.Duration, s *Step) {
 			c.releaseRetried = true
 			c.issue(now, pReleaseRead, Op{Kind: OpAuthRead, Deadline: now + c.cfg.RenewCallTimeout}, s)
 			return
+		}
+		if c.fed {
+			return // the next Feed is the next Acquire
 		}
 		if now < c.nextAcquire {
 			s.WakeAt = c.nextAcquire

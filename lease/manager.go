@@ -6,20 +6,11 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 )
-
-// watchSlice caps each sleep of the fence watchdog and of the run loop.
-// Go timers run on a clock that stops during suspend; waking at least this
-// often re-reads Now, which does not, so a deadline that passed during a
-// suspend is acted on within one slice of resuming. Device I/O never waits
-// for it: every request checks the deadline itself (transports.Guard), so
-// the slice only bounds how late a suspended owner's sockets close, and a
-// longer slice keeps a thousand idle managers from waking 20 times a
-// second each.
-const watchSlice = 500 * time.Millisecond
 
 // Options configure a Manager.
 type Options struct {
@@ -42,6 +33,10 @@ type Options struct {
 	Rand *rand.Rand
 	// Clock is the monotonic clock; nil means Now.
 	Clock func() time.Duration
+	// Rows, when set, makes this manager's Acquire reads as a standby in
+	// bulk with the process's other standbys: one store read per poll for
+	// all of them. Nil: the manager reads its own row at every poll.
+	Rows *RowSource
 }
 
 // Manager runs one session's lease: it polls as a standby, takes the row
@@ -83,6 +78,12 @@ func NewManager(o Options) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.Rows != nil {
+		if !strings.HasPrefix(o.Key, o.Rows.o.Prefix) {
+			return nil, fmt.Errorf("%w: key %q is outside the row source's prefix %q", ErrInvalidConfig, o.Key, o.Rows.o.Prefix)
+		}
+		core.SetFed(true)
+	}
 	return &Manager{o: o, clock: clock, core: core, release: make(chan chan error), done: make(chan struct{})}, nil
 }
 
@@ -96,11 +97,22 @@ func (m *Manager) Owner() *Owner {
 // Run drives the lease until ctx ends (returning ctx's error, without
 // releasing: standbys take over after lease_ttl) or until Release
 // completes (returning nil). Ending it cancels the owner context.
+//
+// Between calls the loop sleeps until the core's next instant (a renew,
+// the fence deadline, a poll), until a RowSource hands it its row, or
+// until the process's clock watcher reports a resume from suspend.
 func (m *Manager) Run(ctx context.Context) error {
 	if m.started.Swap(true) {
 		return fmt.Errorf("%w: Run called twice for key %q", ErrInvalidConfig, m.o.Key)
 	}
 	defer close(m.done)
+	var feed <-chan rowFeed
+	var sub *rowSub
+	if m.o.Rows != nil {
+		sub = m.o.Rows.subscribe(m.o.Key, m.o.Config)
+		defer sub.close()
+		feed = sub.ch
+	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	var reply chan error
@@ -111,31 +123,52 @@ func (m *Manager) Run(ctx context.Context) error {
 			return nil
 		}
 		if step.Op.Kind != OpNone {
-			// An owner's compare-and-swap is its renew.
-			renew := step.Op.Kind == OpCAS && m.core.State() == StateOwner
-			r := m.call(ctx, step.Op)
-			if ctx.Err() != nil {
-				m.endOwner(ErrStopped)
-				return ctx.Err()
+			var err error
+			if step, err = m.perform(ctx, step.Op); err != nil {
+				return err
 			}
-			if renew && r.Err != nil && m.o.OnRenewFailure != nil {
-				m.o.OnRenewFailure(r.Err)
-			}
-			step = m.core.Done(m.clock(), r)
 			continue
 		}
-		timer.Reset(min(max(step.WakeAt-m.clock(), 0), watchSlice))
+		if sub != nil {
+			sub.setWant(m.core.WantsFeed())
+		}
+		var wake <-chan time.Time
+		if step.WakeAt != Never {
+			timer.Reset(max(step.WakeAt-m.clock(), 0))
+			wake = timer.C
+		}
 		select {
 		case <-ctx.Done():
 			m.endOwner(ErrStopped)
 			return ctx.Err()
-		case <-timer.C:
+		case <-wake:
 			step = m.core.Tick(m.clock())
+		case <-resumed():
+			step = m.core.Tick(m.clock())
+		case f := <-feed:
+			sub.setWant(false)
+			step = m.core.Feed(m.clock(), f.sent, f.r)
 		case reply = <-m.release:
 			m.endOwner(ErrReleased)
 			step = m.core.Release(m.clock())
 		}
+		timer.Stop()
 	}
+}
+
+// perform makes the store call op and hands its result to the core.
+func (m *Manager) perform(ctx context.Context, op Op) (Step, error) {
+	// An owner's compare-and-swap is its renew.
+	renew := op.Kind == OpCAS && m.core.State() == StateOwner
+	r := m.call(ctx, op)
+	if ctx.Err() != nil {
+		m.endOwner(ErrStopped)
+		return Step{}, ctx.Err()
+	}
+	if renew && r.Err != nil && m.o.OnRenewFailure != nil {
+		m.o.OnRenewFailure(r.Err)
+	}
+	return m.core.Done(m.clock(), r), nil
 }
 
 // Release cancels the owner context, gives the row up and stops the
@@ -175,7 +208,7 @@ func (m *Manager) apply(ctx context.Context, s Step, reply *chan error) {
 			o := newOwner(ctx, ev.Epoch, m.clock)
 			_, dl, _ := m.core.Owner()
 			o.deadline.Store(int64(dl))
-			o.watch()
+			o.startWatch()
 			m.mu.Lock()
 			m.owner = o
 			m.mu.Unlock()
@@ -195,8 +228,8 @@ func (m *Manager) apply(ctx context.Context, s Step, reply *chan error) {
 		}
 	}
 	if _, dl, ok := m.core.Owner(); ok {
-		if o := m.Owner(); o != nil {
-			o.deadline.Store(int64(dl))
+		if o := m.Owner(); o != nil && o.deadline.Swap(int64(dl)) > int64(dl) {
+			o.watch() // an earlier deadline than the watchdog's timer
 		}
 	}
 }
@@ -246,6 +279,9 @@ type Owner struct {
 	epoch    uint64
 	deadline atomic.Int64
 	clock    func() time.Duration
+
+	wmu   sync.Mutex
+	timer *time.Timer // the fence watchdog
 }
 
 func newOwner(parent context.Context, epoch uint64, clock func() time.Duration) *Owner {
@@ -270,11 +306,28 @@ func (o *Owner) Valid() bool {
 	return o.ctx.Err() == nil && o.clock() < o.Deadline()
 }
 
+// startWatch arms the fence watchdog and registers the term with the
+// process's clock watcher, which re-checks it after a suspend.
+func (o *Owner) startWatch() {
+	watchOwner(o)
+	context.AfterFunc(o.ctx, func() {
+		unwatchOwner(o)
+		o.wmu.Lock()
+		defer o.wmu.Unlock()
+		if o.timer != nil {
+			o.timer.Stop()
+		}
+	})
+	o.watch()
+}
+
 // watch cancels the context at the deadline, re-reading it as renewals
-// move it. It re-arms a timer at most watchSlice ahead (a deadline that
-// passed during a suspend is seen within a slice) instead of keeping a
-// goroutine per owner waiting: a process holds thousands of owners.
+// move it: one timer per term, firing at the deadline it last read. Go's
+// timers stop during suspend; the clock watcher calls watch after a
+// resume, so a deadline that passed meanwhile is acted on then.
 func (o *Owner) watch() {
+	o.wmu.Lock()
+	defer o.wmu.Unlock()
 	if o.ctx.Err() != nil {
 		return
 	}
@@ -283,5 +336,9 @@ func (o *Owner) watch() {
 		o.cancel(ErrFenced)
 		return
 	}
-	time.AfterFunc(min(left, watchSlice), o.watch)
+	if o.timer == nil {
+		o.timer = time.AfterFunc(left, o.watch)
+		return
+	}
+	o.timer.Reset(left)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 )
@@ -18,6 +19,9 @@ type MemStore struct {
 	faults Faults
 	rnd    *rand.Rand
 	writes map[string]int // landed writes per key, for tests
+	reads  int            // Read and ReadAuthoritative calls that took effect
+	// bulkReads counts ReadPrefix calls that took effect.
+	bulkReads int
 }
 
 type memRow struct {
@@ -61,6 +65,13 @@ func (m *MemStore) Writes(key string) int {
 	return m.writes[key]
 }
 
+// Reads reports how many single-row reads took effect.
+func (m *MemStore) Reads() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.reads
+}
+
 // Get returns the row at key and its version without faults or context.
 func (m *MemStore) Get(key string) (Row, int64) {
 	m.mu.Lock()
@@ -100,11 +111,35 @@ func (m *MemStore) call(ctx context.Context, key string, write bool, apply func(
 // Read implements Store.
 func (m *MemStore) Read(ctx context.Context, key string) (Row, int64, error) {
 	var r memRow
-	err := m.call(ctx, key, false, func() { r = m.rows[key] })
+	err := m.call(ctx, key, false, func() { r = m.rows[key]; m.reads++ })
 	if err != nil {
 		return Row{}, 0, err
 	}
 	return r.row, r.ver, nil
+}
+
+// ReadPrefix implements PrefixReader under the fault knobs, as one call.
+func (m *MemStore) ReadPrefix(ctx context.Context, prefix string) (map[string]RowVersion, error) {
+	out := map[string]RowVersion{}
+	err := m.call(ctx, prefix+"*", false, func() {
+		for k, r := range m.rows {
+			if strings.HasPrefix(k, prefix) {
+				out[k] = RowVersion{Row: r.row, Version: r.ver}
+			}
+		}
+		m.bulkReads++
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// BulkReads reports how many ReadPrefix calls took effect.
+func (m *MemStore) BulkReads() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.bulkReads
 }
 
 // ReadAuthoritative implements Store; every MemStore read is linearizable.

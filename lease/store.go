@@ -7,8 +7,9 @@
 // and the results of store calls and answers with the next call to make or
 // the instant to wake up. Manager is the thin run loop that drives a Core
 // against a Store with real clocks and hands the owner a context that ends
-// at the self-fence deadline. docs/lease-protocol.md explains why the fence
-// makes two owners impossible.
+// at the self-fence deadline. RowSource lets the standbys of one process
+// share one bulk read per poll. docs/lease-protocol.md explains why the
+// fence makes two owners impossible.
 package lease
 
 import (
@@ -111,3 +112,22 @@ var (
 	// ErrStopped reports a manager that is no longer running.
 	ErrStopped = errors.New("lease: manager stopped")
 )
+
+// RowVersion is one row of a bulk read: the row and its version, or Err
+// when the key's value is not a lease row.
+type RowVersion struct {
+	Row     Row
+	Version int64
+	Err     error
+}
+
+// PrefixReader reads many rows in one call. A RowSource uses it so that
+// the standbys of one process cost one store read per poll, not one per
+// session.
+type PrefixReader interface {
+	// ReadPrefix returns every row whose key starts with prefix, keyed by
+	// key (the session id, as Store's methods take it), in one
+	// linearizable read: it reflects every write that landed before it
+	// was issued. A missing key is a row that does not exist.
+	ReadPrefix(ctx context.Context, prefix string) (map[string]RowVersion, error)
+}

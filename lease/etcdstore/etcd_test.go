@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -81,6 +82,13 @@ type node struct {
 
 func startNode(t *testing.T, c *testetcd.Cluster, b budgets, key, name string, wrap func(lease.Store) lease.Store) *node {
 	t.Helper()
+	return startNodeWith(t, c, b, key, name, wrap, false)
+}
+
+// startNodeWith starts a node; bulk gives its manager a lease.RowSource of
+// its own store, as failover does.
+func startNodeWith(t *testing.T, c *testetcd.Cluster, b budgets, key, name string, wrap func(lease.Store) lease.Store, bulk bool) *node {
+	t.Helper()
 	st, err := etcdstore.New(context.Background(), etcdstore.Config{
 		Endpoints: c.Endpoints(), DialTimeout: 2 * time.Second,
 		KeyPrefix: "/leasebridge/test/", CallTimeout: timing.RenewCallTimeout,
@@ -93,8 +101,14 @@ func startNode(t *testing.T, c *testetcd.Cluster, b budgets, key, name string, w
 	if wrap != nil {
 		s = wrap(st)
 	}
+	var rows *lease.RowSource
+	if bulk {
+		if rows, err = lease.NewRowSource(lease.RowSourceOptions{Store: st}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	n.m, err = lease.NewManager(lease.Options{
-		Store: s, Key: key, Identity: lease.NewIdentity(name), Config: b.cfg,
+		Store: s, Key: key, Identity: lease.NewIdentity(name), Config: b.cfg, Rows: rows,
 		OnEvent: func(ev lease.Event) {
 			n.mu.Lock()
 			n.log = append(n.log, ev)
@@ -190,8 +204,11 @@ func suite(t *testing.T, start func(testing.TB, int) *testetcd.Cluster) {
 	b := admit(t)
 	t.Logf("cadence %+v fence_after=%v owner-death budget %v release budget %v", b.cfg, b.cfg.FenceAfter, b.ownerDeath, b.release)
 	c := start(t, 3)
-	t.Run("TakeoverAfterOwnerKill", func(t *testing.T) { takeoverAfterKill(t, c, b) })
-	t.Run("Release", func(t *testing.T) { release(t, c, b) })
+	t.Run("TakeoverAfterOwnerKill", func(t *testing.T) { takeoverAfterKill(t, c, b, false) })
+	t.Run("Release", func(t *testing.T) { release(t, c, b, false) })
+	t.Run("BulkTakeoverAfterOwnerKill", func(t *testing.T) { takeoverAfterKill(t, c, b, true) })
+	t.Run("BulkRelease", func(t *testing.T) { release(t, c, b, true) })
+	t.Run("ReadPrefix", func(t *testing.T) { readPrefix(t, c) })
 	t.Run("Contention", func(t *testing.T) { contention(t, c, b) })
 	t.Run("LostResponseAdoption", func(t *testing.T) { lostResponse(t, c, b) })
 	t.Run("LeaderKill", func(t *testing.T) { leaderKill(t, c, b) })
@@ -200,11 +217,12 @@ func suite(t *testing.T, start func(testing.TB, int) *testetcd.Cluster) {
 	t.Run("RowWithoutTiming", func(t *testing.T) { rowWithoutTiming(t, c, b) })
 }
 
-func takeoverAfterKill(t *testing.T, c *testetcd.Cluster, b budgets) {
+// takeoverAfterKill: bulk makes the standby read through a RowSource.
+func takeoverAfterKill(t *testing.T, c *testetcd.Cluster, b budgets, bulk bool) {
 	a := startNode(t, c, b, t.Name(), "a", nil)
 	a.wait(lease.EventBecameOwner, startWait)
 	o := a.m.Owner()
-	s := startNode(t, c, b, t.Name(), "b", nil)
+	s := startNodeWith(t, c, b, t.Name(), "b", nil, bulk)
 	time.Sleep(2 * timing.RenewInterval) // b is polling
 	killedAt := a.kill()
 	// The last renew a knew had landed was sent at deadline - fence_after.
@@ -225,11 +243,11 @@ func takeoverAfterKill(t *testing.T, c *testetcd.Cluster, b budgets) {
 	}
 }
 
-func release(t *testing.T, c *testetcd.Cluster, b budgets) {
+func release(t *testing.T, c *testetcd.Cluster, b budgets, bulk bool) {
 	a := startNode(t, c, b, t.Name(), "a", nil)
 	first := a.wait(lease.EventBecameOwner, startWait)
 	o := a.m.Owner()
-	s := startNode(t, c, b, t.Name(), "b", nil)
+	s := startNodeWith(t, c, b, t.Name(), "b", nil, bulk)
 	time.Sleep(2 * timing.RenewInterval)
 	calledAt := lease.Now()
 	if err := a.m.Release(context.Background()); err != nil {
@@ -431,5 +449,51 @@ func quorumLoss(t *testing.T, c *testetcd.Cluster, b budgets) {
 	}
 	if took := ev.At - restoredAt; took > b.ownerDeath {
 		t.Fatalf("takeover %v after quorum returned, over %v", took, b.ownerDeath)
+	}
+}
+
+// readPrefix: one Range returns every row under the prefix with the
+// version a single-row read returns, keyed without the key prefix; a value
+// that is not a row carries its error; keys outside the prefix are not read.
+func readPrefix(t *testing.T, c *testetcd.Cluster) {
+	ctx := context.Background()
+	st, err := etcdstore.New(ctx, etcdstore.Config{Endpoints: c.Endpoints(), DialTimeout: 2 * time.Second,
+		KeyPrefix: "/leasebridge/test/", CallTimeout: timing.RenewCallTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	p := t.Name() + "/"
+	rows := map[string]lease.Row{p + "a": {Owner: "n1#x", Node: "n1", Epoch: 3}, p + "b": {Epoch: 4}}
+	for k, r := range rows {
+		if _, err := st.CompareAndSwap(ctx, k, 0, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cli := rawClient(t, c)
+	if _, err := cli.Put(ctx, "/leasebridge/test/"+p+"junk", "not json"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, "/leasebridge/test/"+t.Name()+"-other", "{}"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.ReadPrefix(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 {
+		t.Fatalf("ReadPrefix(%q) = %d rows %v, want a, b and junk", p, len(got), got)
+	}
+	for k, want := range rows {
+		row, ver, err := st.Read(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g := got[k]; g.Err != nil || g.Row != want || g.Row != row || g.Version != ver {
+			t.Fatalf("ReadPrefix %q = %+v, Read = %+v at %d, want %+v", k, g, row, ver, want)
+		}
+	}
+	if g := got[p+"junk"]; g.Err == nil || !strings.Contains(g.Err.Error(), "not a lease row") {
+		t.Fatalf("junk value: %+v, want a decoding error", g)
 	}
 }

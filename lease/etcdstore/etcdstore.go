@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -57,7 +58,10 @@ type Store struct {
 	timeout time.Duration
 }
 
-var _ lease.Store = (*Store)(nil)
+var (
+	_ lease.Store        = (*Store)(nil)
+	_ lease.PrefixReader = (*Store)(nil)
+)
 
 // New connects to etcd. With authentication it fetches a token, which
 // blocks until ctx or DialTimeout ends; without, it returns at once and
@@ -135,6 +139,32 @@ func (s *Store) Ping(ctx context.Context) error {
 		return fmt.Errorf("%w: ping: %w", lease.ErrUnavailable, err)
 	}
 	return nil
+}
+
+// ReadPrefix implements lease.PrefixReader with one linearizable Range
+// over KeyPrefix + prefix. Keys come back without KeyPrefix; a value that
+// is not a lease row (another tool's key under the prefix) carries its
+// decoding error.
+func (s *Store) ReadPrefix(ctx context.Context, prefix string) (map[string]lease.RowVersion, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	p := s.prefix + prefix
+	resp, err := s.cli.Get(ctx, p, clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("%w: read prefix %q: %w", lease.ErrUnavailable, p, err)
+	}
+	out := make(map[string]lease.RowVersion, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		k := string(kv.Key)
+		var rv lease.RowVersion
+		if err := json.Unmarshal(kv.Value, &rv.Row); err != nil {
+			rv = lease.RowVersion{Err: fmt.Errorf("etcdstore: key %q holds %q, not a lease row: %w", k, kv.Value, err)}
+		} else {
+			rv.Version = kv.ModRevision
+		}
+		out[strings.TrimPrefix(k, s.prefix)] = rv
+	}
+	return out, nil
 }
 
 // ReadAuthoritative implements lease.Store. etcd's default read is

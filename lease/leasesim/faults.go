@@ -190,6 +190,7 @@ func (s *sim) partition(n *node, on bool) {
 // release is sent) and asks its core to release.
 func (s *sim) release(m *mgr) {
 	s.tracef("n%d %s release requested", m.n.id, s.keys[m.session])
+	m.chaosRelease = !s.calm
 	if m.term != nil {
 		s.closeTerm(m, min(s.now, s.worstEnd(m.term)))
 	}

@@ -45,6 +45,8 @@ type Options struct {
 	// the managers fence at lease_ttl - clock_rate_margin, as if closing
 	// took no time.
 	ForgetCloseBound bool
+	// AllFed makes every node read in bulk (test switch), on every seed.
+	AllFed bool
 }
 
 // Failure is a violated assertion; its Seed replays it exactly.
@@ -64,7 +66,9 @@ func (f *Failure) Error() string {
 type Stats struct {
 	Steps     int
 	Takeovers int
-	Probes    int // owner deaths and releases checked for liveness
+	// FedTakeovers are the takeovers by nodes that read in bulk.
+	FedTakeovers int
+	Probes       int // owner deaths and releases checked for liveness
 	// MaxOwnerDeath is the probed owner death whose takeover came
 	// closest to its budget, OwnerDeathLimit that budget:
 	// admission.OwnerDeath with A = S = 0 and the larger of the owner's
@@ -134,6 +138,9 @@ type node struct {
 	off, ppm    int64
 	mgrs        []*mgr
 	deferred    []*event
+	// fed nodes read every row in one bulk read per poll (lease.RowSource)
+	// and feed their standbys from it; the others read per session.
+	fed bool
 }
 
 // local is the node's clock at real instant r: a fixed offset and a rate
@@ -171,6 +178,9 @@ type mgr struct {
 	stopped bool
 	// partitioned cuts this manager alone off the store.
 	partitioned bool
+	// chaosRelease: a release asked for in a chaos phase; if it completes
+	// in the calm phase, the manager restarts as a standby then.
+	chaosRelease bool
 }
 
 func (m *mgr) cut() bool { return m.partitioned || m.n.partitioned }
@@ -216,6 +226,7 @@ type obligation struct {
 type sim struct {
 	o     Options
 	rnd   *rand.Rand
+	brnd  *rand.Rand // the draws of bulk reads
 	now   int64
 	seq   uint64
 	q     queue
@@ -311,6 +322,15 @@ func (s *sim) setup() error {
 		s.odMax, s.relMax = max(s.odMax, od), max(s.relMax, rel)
 	}
 
+	// On odd seeds each node feeds its standbys from bulk reads with
+	// probability 1/2 (a fleet mixing both read paths, as during the
+	// upgrade that introduced them); even seeds read per session on every
+	// node. Bulk reads draw from their own source, so even seeds replay as
+	// they did before bulk reads existed.
+	s.brnd = rand.New(rand.NewPCG(s.o.Seed^0x5eed, 0xb01c))
+	for _, n := range s.nodes {
+		n.fed = s.o.AllFed || s.o.Seed%2 == 1 && s.brnd.IntN(2) == 0
+	}
 	s.store = lease.NewMemStore()
 	for i := range ns {
 		s.keys = append(s.keys, fmt.Sprintf("s%d", i))
@@ -330,6 +350,9 @@ func (s *sim) setup() error {
 	}
 	s.calm = true
 	s.tracef("setup seed=%d nodes=%d sessions=%d mixed=%v %s", s.o.Seed, nn, ns, s.stats.Mixed, s.stats.Timing)
+	for _, n := range s.nodes {
+		s.tracef("n%d fed=%v", n.id, n.fed)
+	}
 	return nil
 }
 
@@ -424,11 +447,14 @@ func (s *sim) startNode(n *node) {
 	for _, m := range n.mgrs {
 		s.startMgr(m)
 	}
+	if n.fed {
+		s.bulkRead(n)
+	}
 }
 
 func (s *sim) startMgr(m *mgr) {
 	m.inc++
-	m.stopped = false
+	m.stopped, m.chaosRelease = false, false
 	m.term = nil
 	m.id = lease.Identity{Node: fmt.Sprintf("n%d", m.n.id), Owner: fmt.Sprintf("n%d#%d.%d", m.n.id, m.n.gen, m.inc)}
 	seed := s.o.Seed ^ uint64(m.n.id)<<40 ^ uint64(m.session)<<32 ^ uint64(m.n.gen)<<16 ^ uint64(m.inc)
@@ -439,6 +465,7 @@ func (s *sim) startMgr(m *mgr) {
 	if s.o.FenceMode != FenceCorrect {
 		hook.SetFenceMode(core, s.o.FenceMode)
 	}
+	core.SetFed(m.n.fed)
 	m.core = core
 	s.handle(m, core.Tick(m.n.local(s.now)))
 }
@@ -482,6 +509,9 @@ func (s *sim) onEvent(m *mgr, ev lease.Event) {
 		m.term = t
 		s.terms[m.session] = append(s.terms[m.session], t)
 		s.stats.Takeovers++
+		if m.n.fed {
+			s.stats.FedTakeovers++
+		}
 		s.meet(t)
 	case lease.EventFenced:
 		if m.term != nil {
@@ -493,6 +523,16 @@ func (s *sim) onEvent(m *mgr, ev lease.Event) {
 		}
 	case lease.EventReleased:
 		m.stopped = true
+		if s.calm && m.chaosRelease {
+			// The calm phase's heal ran while this release was in
+			// flight: stand by again, as heal would have made it.
+			inc := m.inc
+			s.at(s.now, m.n, func() {
+				if m.stopped && m.inc == inc {
+					s.startMgr(m)
+				}
+			})
+		}
 	}
 }
 

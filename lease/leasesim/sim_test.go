@@ -15,6 +15,7 @@ import (
 var (
 	flagSeeds = flag.Int("seeds", 10000, "number of seeds TestSeeds runs (short mode: 500)")
 	flagSeed  = flag.Int64("seed", -1, "replay one seed with a full trace (TestReplay)")
+	flagFed   = flag.Bool("all-fed", false, "TestReplay: every node reads in bulk")
 	flagMode  = flag.Int("fence-mode", FenceCorrect, "fence mode for TestReplay: 0 correct, 1 never, 2 response-anchored, 3 no hold, 4 own lease_ttl only")
 )
 
@@ -89,11 +90,12 @@ func TestSeeds(t *testing.T) {
 	if f != nil {
 		t.Fatalf("%v\nreplay: go test ./lease/leasesim -run TestReplay -seed=%d -v\n%s", f, f.Seed, trace(f.Seed, FenceCorrect, 80))
 	}
-	var steps, takeovers, probes int
+	var steps, takeovers, fed, probes int
 	var od, rel, odLim, relLim time.Duration
 	for _, s := range stats {
 		steps += s.Steps
 		takeovers += s.Takeovers
+		fed += s.FedTakeovers
 		probes += s.Probes
 		if s.OwnerDeathLimit > 0 && float64(s.MaxOwnerDeath)/float64(s.OwnerDeathLimit) > float64(od)/float64(max(odLim, 1)) {
 			od, odLim = s.MaxOwnerDeath, s.OwnerDeathLimit
@@ -102,10 +104,13 @@ func TestSeeds(t *testing.T) {
 			rel, relLim = s.MaxRelease, s.ReleaseLimit
 		}
 	}
-	t.Logf("%d seeds in %v: %d steps, %d takeovers, %d liveness probes; worst owner-death takeover %v of budget %v; worst release takeover %v of budget %v",
-		n, time.Since(start).Round(time.Millisecond), steps, takeovers, probes, od, odLim, rel, relLim)
+	t.Logf("%d seeds in %v: %d steps, %d takeovers (%d by nodes reading in bulk), %d liveness probes; worst owner-death takeover %v of budget %v; worst release takeover %v of budget %v",
+		n, time.Since(start).Round(time.Millisecond), steps, takeovers, fed, probes, od, odLim, rel, relLim)
 	if probes == 0 {
 		t.Fatal("no liveness probe ran")
+	}
+	if fed == 0 {
+		t.Fatal("no node reading in bulk took a session over")
 	}
 }
 
@@ -142,6 +147,27 @@ func TestSubtleFenceBugsCaught(t *testing.T) {
 	}
 }
 
+// TestBulkReadsSafeAndBugsCaught: with every node reading in bulk, the
+// correct core passes and the broken fences are still caught, so the
+// simulated row source does not hide them.
+func TestBulkReadsSafeAndBugsCaught(t *testing.T) {
+	if f, _ := runSeedsWith(t, 500, Options{AllFed: true}); f != nil {
+		t.Fatalf("%v\nreplay: go test ./lease/leasesim -run TestReplay -seed=%d -all-fed -v", f, f.Seed)
+	}
+	for _, tc := range []struct {
+		name string
+		mode int
+	}{{"Never", FenceNever}, {"NoHoldAfterFence", FenceNoHold}, {"OwnTTLOnly", OwnTTLOnly}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, _ := runSeedsWith(t, 2000, Options{AllFed: true, FenceMode: tc.mode})
+			if f == nil {
+				t.Fatalf("broken mode %s passed 2000 seeds reading in bulk", tc.name)
+			}
+			t.Logf("caught: %v", f)
+		})
+	}
+}
+
 // TestForgottenCloseBoundCaught: a fence that leaves no time for closing
 // the transports is caught too.
 func TestForgottenCloseBoundCaught(t *testing.T) {
@@ -166,7 +192,7 @@ func TestReplay(t *testing.T) {
 		t.Skip("pass -seed=N to replay a seed")
 	}
 	var b bytes.Buffer
-	st, err := Run(Options{Seed: uint64(*flagSeed), FenceMode: *flagMode, Trace: &b})
+	st, err := Run(Options{Seed: uint64(*flagSeed), FenceMode: *flagMode, AllFed: *flagFed, Trace: &b})
 	t.Log("\n" + b.String())
 	t.Logf("stats: %+v", st)
 	if err != nil {
