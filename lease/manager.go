@@ -52,6 +52,7 @@ type Manager struct {
 	clock   func() time.Duration
 	core    *Core
 	release chan chan error
+	poke    chan struct{}
 	done    chan struct{}
 	started atomic.Bool
 
@@ -81,7 +82,7 @@ func NewManager(o Options) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Manager{o: o, clock: clock, core: core, release: make(chan chan error), done: make(chan struct{})}, nil
+	return &Manager{o: o, clock: clock, core: core, release: make(chan chan error), poke: make(chan struct{}, 1), done: make(chan struct{})}, nil
 }
 
 // Owner returns the current owner handle, or nil while not owner.
@@ -129,6 +130,8 @@ func (m *Manager) Run(ctx context.Context) error {
 			return ctx.Err()
 		case <-timer.C:
 			step = m.core.Tick(m.clock())
+		case <-m.poke:
+			step = m.core.PollNow(m.clock())
 		case reply = <-m.release:
 			m.endOwner(ErrReleased)
 			step = m.core.Release(m.clock())
@@ -154,6 +157,17 @@ func (m *Manager) Release(ctx context.Context) error {
 		return err
 	case <-ctx.Done():
 		return fmt.Errorf("release of key %q: %w", m.o.Key, ctx.Err())
+	}
+}
+
+// Poke makes a standby poll the row now rather than at its next poll: a
+// planned handover's target calls it when the row is released. It never
+// blocks and is a no-op for an owner; polling early is always safe, as a
+// takeover still waits for a revision to stay unchanged for lease_ttl.
+func (m *Manager) Poke() {
+	select {
+	case m.poke <- struct{}{}:
+	default:
 	}
 }
 

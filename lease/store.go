@@ -32,6 +32,10 @@ type Row struct {
 	// takes the row over. A released row, or one written by a binary
 	// older than this field, carries none (the zero value).
 	Timing RowTiming `json:"timing,omitzero"`
+	// RenewedAt is the writer's wall clock at the write, Unix nanoseconds,
+	// stamped by the store; for the age `leasebridge status` prints only:
+	// the protocol never reads it (takeover is judged by observation).
+	RenewedAt int64 `json:"renewed_at_unix_ns,omitempty"`
 }
 
 // RowTiming is the cadence an owner writes into its row, in integer
