@@ -198,6 +198,8 @@ type Device struct {
 
 	// Groups are the device's poll groups.
 	Groups []*PollGroup `yaml:"groups"`
+	// Pin limits the nodes the sessions using the device may run on.
+	Pin `yaml:",inline"`
 	// Line is where the device is defined.
 	Line int `yaml:"-"`
 }
@@ -317,6 +319,8 @@ type Route struct {
 	Topics []*TopicMap `yaml:"topics"`
 	// Manager overrides the file's manager inputs for this route's session.
 	Manager Manager `yaml:"manager"`
+	// Pin limits the nodes the route's session may run on.
+	Pin `yaml:",inline"`
 	// Line is where the route is defined.
 	Line int `yaml:"-"`
 }
