@@ -35,6 +35,10 @@ type Metrics struct {
 	// TimingMismatches counts the distinct owner timings seen that differ
 	// from this node's.
 	TimingMismatches *prometheus.CounterVec
+	// SessionUnowned is 1 while no node owns the session, as this node
+	// observes the row (released, or unchanged for its owner's lease_ttl):
+	// for a pinned session, every eligible node is down or draining.
+	SessionUnowned *prometheus.GaugeVec
 }
 
 // States a session reports in leasebridge_session_state.
@@ -88,8 +92,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "leasebridge_timing_mismatches_total",
 			Help: "Distinct row-owner lease timings seen that differ from this node's.",
 		}, []string{"session"}),
+		SessionUnowned: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "leasebridge_session_unowned",
+			Help: "1 while no node owns the session as this node observes its lease row (released, or unchanged for its owner's lease_ttl); with fleet rows only.",
+		}, []string{"session"}),
 	}
-	reg.MustRegister(m.FailureToFull, m.State, m.Epoch, m.RenewFailures, m.StepDowns, m.Budget, m.TransportErrors, m.Takeovers,
+	reg.MustRegister(m.SessionUnowned, m.FailureToFull, m.State, m.Epoch, m.RenewFailures, m.StepDowns, m.Budget, m.TransportErrors, m.Takeovers,
 		m.ClaimConflicts, m.TimingMismatch, m.TimingMismatches)
 	return m
 }

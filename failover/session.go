@@ -25,7 +25,7 @@ type session struct {
 	routes []*routes.Route
 	// threshold is broker_health_step_down; 0 when off.
 	threshold time.Duration
-	mgr       *lease.Manager
+	ctl       sessionCtl // the lease manager; planned handovers replace it
 	log       *slog.Logger
 
 	state    atomic.Value // string, one of States

@@ -42,6 +42,9 @@ type Options struct {
 	// Claims, when set, records the device endpoints of every owned
 	// session (docs/lease-protocol.md, endpoint claims).
 	Claims lease.Claimer
+	// Fleet, when set, carries the node's membership row, planned
+	// handovers and drains (docs/lease-protocol.md, fleet rows).
+	Fleet lease.Fleet
 }
 
 // Supervisor runs every session of a process.
@@ -50,6 +53,10 @@ type Supervisor struct {
 	sessions []*session
 	stepDown chan stepDownRequest
 	once     sync.Once
+	fleet    *fleet // nil without Options.Fleet
+	// pinned are the sessions of the file this node is not eligible for
+	// (routes pin nodes): it runs no lease manager for them.
+	pinned []string
 }
 
 type stepDownRequest struct {
@@ -79,26 +86,21 @@ func New(o Options) (*Supervisor, error) {
 		if !rep.Admitted() {
 			return nil, fmt.Errorf("%w: session %s: %v", ErrNotAdmitted, rep.Session, rep.Refusals)
 		}
+		if !o.Config.Pinning(rep.Session).Eligible(o.Node) {
+			sv.pinned = append(sv.pinned, rep.Session)
+			o.Logger.Info("session pinned to other nodes: not competing", "session", rep.Session, "nodes", o.Config.Pinning(rep.Session).Nodes)
+			continue
+		}
 		s := &session{sup: sv, name: rep.Session, report: rep, routes: byName[rep.Session],
 			log: o.Logger.With("session", rep.Session)}
 		if bh := inputs[rep.Session].Inputs.BrokerHealth; bh.Mode == admission.BrokerHealthOn {
 			s.threshold = bh.Threshold
 		}
-		mgr, err := lease.NewManager(lease.Options{
-			Store:    o.Store,
-			Key:      rep.Session,
-			Identity: o.Identity,
-			Config:   lease.ConfigFromReport(rep),
-			OnEvent:  s.handle,
-			OnRenewFailure: func(err error) {
-				o.Metrics.RenewFailures.WithLabelValues(rep.Session).Inc()
-				s.log.Warn("renew failed", "err", err)
-			},
-		})
+		mgr, err := s.newManager()
 		if err != nil {
 			return nil, fmt.Errorf("session %s: %w", rep.Session, err)
 		}
-		s.mgr = mgr
+		s.ctl.mgr = mgr
 		s.setState("standby")
 		s.setConflict("")
 		o.Metrics.TimingMismatch.WithLabelValues(rep.Session).Set(0)
@@ -108,6 +110,9 @@ func New(o Options) (*Supervisor, error) {
 			o.Metrics.Budget.WithLabelValues(rep.Session, "broker_path").Set(rep.BrokerPath.Total.Seconds())
 		}
 		sv.sessions = append(sv.sessions, s)
+	}
+	if o.Fleet != nil {
+		sv.fleet = newFleet(sv, o.Fleet)
 	}
 	return sv, nil
 }
@@ -144,25 +149,31 @@ func LogBudgets(log *slog.Logger, reports []admission.Report) {
 func (sv *Supervisor) Run(ctx context.Context) error {
 	mctx, mcancel := context.WithCancel(context.Background())
 	defer mcancel()
+	fctx, fcancel := context.WithCancel(mctx)
+	defer fcancel()
 	var wg sync.WaitGroup
+	if sv.fleet != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); sv.fleet.run(fctx) }()
+	}
 	for _, s := range sv.sessions {
 		// One goroutine per session while it stands by: the manager's;
 		// lease events are handled on it (session.handle).
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := s.mgr.Run(mctx); err != nil && !errors.Is(err, context.Canceled) {
-				s.log.Error("lease manager stopped", "err", err)
-			}
+			s.runLease(mctx)
 			s.stopped()
 		}()
 	}
 	var result error
 	select {
 	case <-ctx.Done():
+		fcancel()
 		sv.o.Logger.Info("shutting down: releasing every lease")
 		sv.releaseAll(nil)
 	case req := <-sv.stepDown:
+		fcancel()
 		sv.runStepDown(req)
 		result = ErrStepDown
 	}
@@ -192,7 +203,7 @@ func (sv *Supervisor) runStepDown(req stepDownRequest) {
 	}
 	cancel()
 	ctx, cancel = context.WithTimeout(context.Background(), stage)
-	if err := s.mgr.Release(ctx); err != nil {
+	if err := s.closeManager().Release(ctx); err != nil {
 		// The standby then waits out lease_ttl: the owner-death path.
 		log.Error("lease release failed; standbys take over after lease_ttl", "bound", stage.String(), "err", err)
 	}
@@ -222,7 +233,7 @@ func (sv *Supervisor) releaseAll(skip *session) {
 			}
 			cancel()
 			ctx, cancel = context.WithTimeout(context.Background(), 2*t.RenewCallTimeout)
-			if err := s.mgr.Release(ctx); err != nil && !errors.Is(err, lease.ErrStopped) {
+			if err := s.closeManager().Release(ctx); err != nil && !errors.Is(err, lease.ErrStopped) {
 				s.log.Error("release", "err", err)
 			}
 			cancel()

@@ -6,6 +6,9 @@
 //	leasebridge admit -c FILE [--json]      dry run for CI: opens nothing
 //	leasebridge budget --profile NAME [--json|--markdown]
 //	leasebridge demo                        a takeover against its budget
+//	leasebridge status -c FILE [--json]     the fleet view from the lease store
+//	leasebridge handover SESSION [--to NODE] -c FILE
+//	leasebridge drain NODE -c FILE / undrain NODE -c FILE
 //
 // Exit status: 0 admitted (admit) or stopped cleanly with every lease
 // released (run); 1 refused by admission or a runtime failure; 2 invalid
@@ -42,6 +45,13 @@ const usage = `usage:
                                             a lease profile's budgets (standalone, clustered, all)
   leasebridge demo                          two bridges, one simulated PLC, a takeover measured
                                             against its admitted budget
+  leasebridge status -c FILE [--json]       every session's owner, epoch, row age, timing and the
+                                            live nodes: 0 all owned, 1 not, 2 invalid, 3 store down
+  leasebridge handover SESSION [--to NODE] -c FILE
+                                            planned handover through the lease store, within the
+                                            printed budget: 0 handed over, 1 refused or late
+  leasebridge drain NODE -c FILE            the node hands its sessions over and stops competing
+  leasebridge undrain NODE -c FILE          it competes again
 `
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -58,6 +68,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runMain(args[1:], stdout, stderr)
 	case "demo":
 		return demo(args[1:], stdout, stderr)
+	case "status":
+		return status(args[1:], stdout, stderr)
+	case "handover":
+		return handover(args[1:], stdout, stderr)
+	case "drain":
+		return drain("drain", true)(args[1:], stdout, stderr)
+	case "undrain":
+		return drain("undrain", false)(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

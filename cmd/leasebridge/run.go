@@ -107,16 +107,7 @@ func serve(ctx context.Context, cfg *routes.Config, reports []admission.Report, 
 		defer srv.Close()
 		endpoints = srv.Endpoints
 	}
-	password, err := cfg.LeaseStore.Password()
-	if err != nil {
-		return exitInvalid, fmt.Errorf("lease_store: %w", err)
-	}
-	sc := etcdstore.Config{Endpoints: endpoints, DialTimeout: cfg.LeaseStore.DialTimeout.D(), KeyPrefix: cfg.LeaseStore.KeyPrefix,
-		Username: cfg.LeaseStore.Username, Password: password}
-	if t := cfg.LeaseStore.TLS; t != nil {
-		sc.CAFile, sc.CertFile, sc.KeyFile = t.CAFile, t.CertFile, t.KeyFile
-	}
-	store, err := etcdstore.New(ctx, sc)
+	store, err := openStore(ctx, cfg, endpoints)
 	if err != nil {
 		return exitInvalid, err
 	}
@@ -126,7 +117,7 @@ func serve(ctx context.Context, cfg *routes.Config, reports []admission.Report, 
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	id := lease.NewIdentity(node)
 	sv, err := failover.New(failover.Options{Config: cfg, Reports: reports, Store: store, Identity: id, Node: node,
-		Logger: log, Metrics: failover.NewMetrics(reg), Claims: store})
+		Logger: log, Metrics: failover.NewMetrics(reg), Claims: store, Fleet: store})
 	if err != nil {
 		return exitInvalid, err
 	}
@@ -153,6 +144,21 @@ func serve(ctx context.Context, cfg *routes.Config, reports []admission.Report, 
 	}
 	log.Info("stopped: every lease released")
 	return exitOK, nil
+}
+
+// openStore connects to the lease store at endpoints with the file's
+// credentials and TLS.
+func openStore(ctx context.Context, cfg *routes.Config, endpoints []string) (*etcdstore.Store, error) {
+	password, err := cfg.LeaseStore.Password()
+	if err != nil {
+		return nil, fmt.Errorf("lease_store: %w", err)
+	}
+	sc := etcdstore.Config{Endpoints: endpoints, DialTimeout: cfg.LeaseStore.DialTimeout.D(), KeyPrefix: cfg.LeaseStore.KeyPrefix,
+		Username: cfg.LeaseStore.Username, Password: password}
+	if t := cfg.LeaseStore.TLS; t != nil {
+		sc.CAFile, sc.CertFile, sc.KeyFile = t.CAFile, t.CertFile, t.KeyFile
+	}
+	return etcdstore.New(ctx, sc)
 }
 
 // notifySystemd tells a Type=notify unit that the bridge runs and, when

@@ -22,7 +22,7 @@ const (
 	// HandoverSpace holds handover requests: <key_prefix>_ctl/handover/<session>.
 	HandoverSpace = "_ctl/handover/"
 	// DrainSpace holds drain requests: <key_prefix>_ctl/drain/<node>.
-	DrainSpace = "_ctl/drain/"
+	DrainSpace   = "_ctl/drain/"
 	controlSpace = "_ctl/"
 )
 

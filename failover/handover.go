@@ -1,0 +1,228 @@
+package failover
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/leasebridge/leasebridge/admission"
+	"github.com/leasebridge/leasebridge/lease"
+)
+
+// errYielding reports a session already yielding or shutting down.
+var errYielding = errors.New("failover: session already yielding or stopping")
+
+// sessionCtl is the part of a session that planned handovers and drains
+// use: its current lease manager, replaced after every yield, and why the
+// last one stopped.
+type sessionCtl struct {
+	mu  sync.Mutex
+	mgr *lease.Manager
+	// closed is set once the supervisor releases every lease: no manager
+	// is started after it.
+	closed bool
+	// pause is set just before a yield releases the manager; the session
+	// competes again once it is over.
+	pause *pause
+}
+
+// pause keeps a yielded session from competing for its row. It is over
+// when another owner than from holds the row, or at until, whichever is
+// first; with drain, when this node is no longer draining. While the node
+// drains no pause is over.
+type pause struct {
+	reason string
+	from   string
+	until  time.Time
+	drain  bool
+}
+
+// manager is the session's current lease manager.
+func (s *session) manager() *lease.Manager {
+	s.ctl.mu.Lock()
+	defer s.ctl.mu.Unlock()
+	return s.ctl.mgr
+}
+
+// newManager builds a lease manager for the session; New calls it once
+// and every resume after a yield again.
+func (s *session) newManager() (*lease.Manager, error) {
+	o := s.sup.o
+	return lease.NewManager(lease.Options{
+		Store:    o.Store,
+		Key:      s.name,
+		Identity: o.Identity,
+		Config:   lease.ConfigFromReport(s.report),
+		OnEvent:  s.handle,
+		OnRenewFailure: func(err error) {
+			o.Metrics.RenewFailures.WithLabelValues(s.name).Inc()
+			s.log.Warn("renew failed", "err", err)
+		},
+	})
+}
+
+// closeManager marks the session closed, so no yield resumes it, and
+// returns the manager to release.
+func (s *session) closeManager() *lease.Manager {
+	s.ctl.mu.Lock()
+	defer s.ctl.mu.Unlock()
+	s.ctl.closed = true
+	return s.ctl.mgr
+}
+
+// runLease runs the session's lease managers one after another: a yield
+// stops one (it releases the row), and after its pause a new one
+// competes. It returns when ctx ends or a release was for good.
+func (s *session) runLease(ctx context.Context) {
+	for {
+		if err := s.manager().Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			s.log.Error("lease manager stopped", "err", err)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		s.ctl.mu.Lock()
+		p, closed := s.ctl.pause, s.ctl.closed
+		s.ctl.mu.Unlock()
+		if p == nil || closed || !s.waitPause(ctx, p) || !s.resume() {
+			return
+		}
+	}
+}
+
+// resume starts a new manager unless the supervisor is shutting down.
+func (s *session) resume() bool {
+	s.ctl.mu.Lock()
+	defer s.ctl.mu.Unlock()
+	if s.ctl.closed {
+		return false
+	}
+	mgr, err := s.newManager()
+	if err != nil {
+		// The same options built the first manager; not reachable.
+		s.log.Error("lease manager", "err", err)
+		return false
+	}
+	s.ctl.mgr, s.ctl.pause = mgr, nil
+	s.log.Info("competing again after a yield")
+	return true
+}
+
+// yield ends the session's term gracefully (if it owns one), releases
+// the row and stops competing until p is over. A standby's release is one
+// authoritative read: it only stops its manager.
+func (s *session) yield(p *pause) error {
+	s.ctl.mu.Lock()
+	if s.ctl.closed || s.ctl.pause != nil {
+		s.ctl.mu.Unlock()
+		return errYielding
+	}
+	s.ctl.pause = p
+	mgr := s.ctl.mgr
+	s.ctl.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), s.report.CloseBound+time.Second)
+	if err := s.endTerm(ctx); err != nil {
+		s.log.Error("close exceeded its bound", "reason", p.reason, "err", err)
+	}
+	cancel()
+	ctx, cancel = context.WithTimeout(context.Background(), admission.ReleaseCalls*s.report.Timing.RenewCallTimeout)
+	defer cancel()
+	return mgr.Release(ctx)
+}
+
+// waitPause waits until p is over (true) or ctx ends (false).
+func (s *session) waitPause(ctx context.Context, p *pause) bool {
+	f := s.sup.fleet
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var row <-chan struct{}
+	if p.from != "" {
+		row = f.store.WatchRow(wctx, s.name)
+	}
+	var bound <-chan time.Time
+	if !p.until.IsZero() {
+		t := time.NewTimer(time.Until(p.until))
+		defer t.Stop()
+		bound = t.C
+	}
+	for !s.pauseOver(ctx, p) {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-row:
+		case <-bound:
+			bound = nil
+		case <-f.changed():
+		case <-time.After(s.report.Timing.AcquirePollInterval):
+		}
+	}
+	return true
+}
+
+func (s *session) pauseOver(ctx context.Context, p *pause) bool {
+	f := s.sup.fleet
+	switch {
+	case f.isDraining():
+		return false
+	case p.drain:
+		return true
+	case !p.until.IsZero() && !time.Now().Before(p.until):
+		return true
+	}
+	rctx, cancel := context.WithTimeout(ctx, s.report.Timing.RenewCallTimeout)
+	defer cancel()
+	row, _, err := s.sup.o.Store.Read(rctx, s.name)
+	return err == nil && row.Owner != "" && row.Owner != p.from
+}
+
+// handoverBudget is the session's admitted handover budget; it also
+// bounds every hold of a handover.
+func (s *session) handoverBudget() time.Duration {
+	b, err := admission.HandoverOf(s.report)
+	if err != nil {
+		// Admission refused overflowing budgets; the owner-death one
+		// covers a handover too.
+		return s.report.OwnerDeath.Total
+	}
+	return b.Total
+}
+
+// giveAway hands the owned session over: close, release, and hold off
+// until another owner holds the row or the handover budget has passed.
+func (s *session) giveAway(req lease.HandoverRequest) {
+	me := s.sup.o.Identity.Owner
+	start := time.Now()
+	budget := s.handoverBudget()
+	if err := s.yield(&pause{reason: "handover", from: me, until: start.Add(budget)}); err != nil {
+		s.log.Error("handover: release failed", "to", req.To, "err", err)
+		return
+	}
+	s.log.Info("handover: closed and released", "to", req.To, "epoch", req.Epoch,
+		"took", time.Since(start).String(), "handover_budget", admission.FormatSeconds(budget))
+}
+
+// take is the target's side: it polls the row at every change until it
+// owns it, another owner does, or the handover budget has passed.
+func (s *session) take(ctx context.Context, req lease.HandoverRequest) {
+	ctx, cancel := context.WithTimeout(ctx, s.handoverBudget())
+	defer cancel()
+	f := s.sup.fleet
+	row := f.store.WatchRow(ctx, s.name)
+	for {
+		s.manager().Poke()
+		if o := s.manager().Owner(); o != nil && o.Epoch() > req.Epoch {
+			f.clear(ctx, s, req)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-row:
+			if !ok {
+				return
+			}
+		case <-time.After(s.report.Timing.AcquirePollInterval):
+		}
+	}
+}
