@@ -1,10 +1,12 @@
 package etcdstore
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -25,6 +27,10 @@ const (
 	DrainSpace   = "_ctl/drain/"
 	controlSpace = "_ctl/"
 )
+
+// revisionTimeout bounds the read that starts a watch when the store has
+// no CallTimeout: a watch set up while the store is down starts late.
+const revisionTimeout = 2 * time.Second
 
 var _ lease.Fleet = (*Store)(nil)
 
@@ -187,8 +193,10 @@ func (s *Store) WatchRow(ctx context.Context, key string) <-chan struct{} {
 	return s.watch(ctx, s.prefix+key)
 }
 
-// watch signals every change of k, coalesced. A broken watch is started
-// again and signals once, since changes may have been missed meanwhile.
+// watch signals every change of k, coalesced, from the store's revision
+// when it returns: it reads that revision first, so no change after the
+// call is missed. A broken watch is started again and signals once, since
+// changes may have been missed meanwhile.
 func (s *Store) watch(ctx context.Context, k string, opts ...clientv3.OpOption) <-chan struct{} {
 	out := make(chan struct{}, 1)
 	signal := func() {
@@ -197,11 +205,15 @@ func (s *Store) watch(ctx context.Context, k string, opts ...clientv3.OpOption) 
 		default:
 		}
 	}
+	rev := s.revision(ctx, k)
 	go func() {
 		defer close(out)
 		for ctx.Err() == nil {
-			wctx := clientv3.WithRequireLeader(ctx)
-			for resp := range s.cli.Watch(wctx, k, opts...) {
+			wopts := opts
+			if rev > 0 {
+				wopts = append(slices.Clip(opts), clientv3.WithRev(rev+1))
+			}
+			for resp := range s.cli.Watch(clientv3.WithRequireLeader(ctx), k, wopts...) {
 				if resp.Err() != nil {
 					break
 				}
@@ -214,7 +226,20 @@ func (s *Store) watch(ctx context.Context, k string, opts ...clientv3.OpOption) 
 			case <-ctx.Done():
 			case <-time.After(100 * time.Millisecond):
 			}
+			rev = s.revision(ctx, k)
 		}
 	}()
 	return out
+}
+
+// revision is the store's current revision, or 0 when it cannot be read
+// (the watch then starts from whenever it is set up).
+func (s *Store) revision(ctx context.Context, k string) int64 {
+	ctx, cancel := context.WithTimeout(ctx, cmp.Or(s.timeout, revisionTimeout))
+	defer cancel()
+	resp, err := s.cli.Get(ctx, k, clientv3.WithCountOnly())
+	if err != nil {
+		return 0
+	}
+	return resp.Header.Revision
 }
