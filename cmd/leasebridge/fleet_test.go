@@ -1,0 +1,281 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	mochi "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/leasebridge/leasebridge/admission"
+	"github.com/leasebridge/leasebridge/failover"
+	"github.com/leasebridge/leasebridge/transports/mqtt"
+)
+
+// valueLog records every value the poll route publishes, as the broker
+// delivers it to a subscriber outside the bridges: arrival and epoch.
+type valueLog struct {
+	mu   sync.Mutex
+	msgs []valueSeen
+}
+
+type valueSeen struct {
+	at    time.Time
+	epoch uint64
+}
+
+func subscribeValues(t *testing.T, f *mixedFleet, topic string) *valueLog {
+	t.Helper()
+	l := &valueLog{}
+	err := f.broker.Server.Subscribe(topic, 7, func(_ *mochi.Client, _ packets.Subscription, pk packets.Packet) {
+		var v mqtt.ValueMessage
+		if json.Unmarshal(pk.Payload, &v) == nil && v.Quality == "good" {
+			l.mu.Lock()
+			l.msgs = append(l.msgs, valueSeen{at: time.Now(), epoch: v.Epoch})
+			l.mu.Unlock()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// gap is the time from the last value of epoch old to the first value of a
+// later epoch; ok is false until both were seen.
+func (l *valueLog) gap(old uint64) (last, first time.Time, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, m := range l.msgs {
+		switch {
+		case m.epoch == old:
+			last = m.at
+		case m.epoch > old && first.IsZero():
+			first = m.at
+		}
+	}
+	return last, first, !last.IsZero() && !first.IsZero()
+}
+
+// fleetStatus runs `leasebridge status --json` with file.
+func fleetStatus(t *testing.T, file string) (failover.FleetStatus, int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run([]string{"status", "-c", file, "--json"}, &out, &errb)
+	var st failover.FleetStatus
+	if code == exitOK || code == exitRefused {
+		if err := json.Unmarshal(out.Bytes(), &st); err != nil {
+			t.Fatalf("status --json: %v\n%s\n%s", err, out.String(), errb.String())
+		}
+	} else {
+		t.Fatalf("status exited %d: %s", code, errb.String())
+	}
+	return st, code
+}
+
+// waitStatus polls `leasebridge status` until ok accepts the session's
+// view; limit is a test timeout.
+func waitStatus(t *testing.T, file string, limit time.Duration, what string, ok func(failover.FleetSession) bool) failover.FleetSession {
+	t.Helper()
+	var last failover.FleetSession
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		st, _ := fleetStatus(t, file)
+		if last = st.Sessions[0]; ok(last) {
+			return last
+		}
+	}
+	t.Fatalf("status never showed %s within %s; last %+v", what, limit, last)
+	return last
+}
+
+func liveEligible(node string) func(failover.FleetSession) bool {
+	return func(s failover.FleetSession) bool { return strings.Contains(strings.Join(s.LiveEligible, ","), node) }
+}
+
+// A planned handover between two `leasebridge run` processes at lab
+// timings: `leasebridge handover plc --to node-b` prints the budget, the
+// device never sees two clients, and the gap between node-a's last value
+// and node-b's first, seen by a subscriber on the broker, is within the
+// printed handover budget. No process restarts.
+func TestHandoverGapWithinBudget(t *testing.T) {
+	f := startMixedFleet(t)
+	values := subscribeValues(t, f, "plc/cycles")
+	a := f.start(t, "node-a", 2*time.Second, 300*time.Millisecond)
+	if _, _, err := waitOwner(context.Background(), []*bridgeProc{a.bridgeProc}, nil, a.report.OwnerDeath.Total); err != nil {
+		t.Fatal(err)
+	}
+	b := f.start(t, "node-b", 2*time.Second, 300*time.Millisecond)
+	before := waitStatus(t, a.path, 30*time.Second, "node-b live", liveEligible("node-b"))
+	budget, err := admission.HandoverOf(a.report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"handover", "plc", "--to", "node-b", "-c", a.path}, &out, &errb); code != exitOK {
+		t.Fatalf("handover exited %d:\n%s%s", code, out.String(), errb.String())
+	}
+	if want := "handover budget " + admission.FormatSeconds(budget.Total) + " = close "; !strings.Contains(out.String(), want) {
+		t.Errorf("handover printed %q, want it to contain %q", out.String(), want)
+	}
+	if _, _, err := waitOwner(context.Background(), []*bridgeProc{b.bridgeProc}, nil, budget.Total); err != nil {
+		t.Fatalf("node-b: %v (handover budget %s)", err, budget.Total)
+	}
+	var last, first time.Time
+	for deadline := time.Now().Add(budget.Total); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		var ok bool
+		if last, first, ok = values.gap(before.Epoch); ok {
+			break
+		}
+	}
+	if last.IsZero() || first.IsZero() {
+		t.Fatalf("no value of epoch %d and of a later one on the broker", before.Epoch)
+	}
+	gap := first.Sub(last)
+	if gap > budget.Total {
+		t.Errorf("gap from node-a's last value to node-b's first %s, handover budget %s", gap, budget.Total)
+	}
+	if _, err := f.plc.spans(); err != nil {
+		t.Fatal(err)
+	}
+	if s := a.readyz(t); s.Owner {
+		t.Error("node-a still owns the session after the handover")
+	}
+	// The new owner clears the request once it sees itself owner.
+	after := waitStatus(t, a.path, budget.Total, "node-b owning, the request cleared", func(s failover.FleetSession) bool {
+		return s.Node == "node-b" && s.Handover == nil && s.ServiceLevel == "full"
+	})
+	t.Logf("handover node-a -> node-b: gap between the last value of epoch %d and the first of epoch %d on the broker %s (budget %s); %s",
+		before.Epoch, after.Epoch, gap, admission.FormatSeconds(budget.Total), strings.TrimSpace(out.String()))
+	// No restart: both processes still run.
+	for _, p := range []*mixedProc{a, b} {
+		select {
+		case <-p.done:
+			t.Errorf("%s exited", p.name)
+		default:
+		}
+	}
+	// node-a competes again: it takes over when node-b stops.
+	b.stop(t, syscall.SIGTERM)
+	if _, _, err := waitOwner(context.Background(), []*bridgeProc{a.bridgeProc}, nil, a.report.OwnerDeath.Total); err != nil {
+		t.Fatalf("node-a after node-b stopped: %v", err)
+	}
+	if _, err := f.plc.spans(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Drain moves the session off node-a and keeps it off until undrain; a
+// handover back then returns it. The device never sees two clients.
+func TestDrainAndUndrain(t *testing.T) {
+	f := startMixedFleet(t)
+	a := f.start(t, "node-a", 2*time.Second, 300*time.Millisecond)
+	if _, _, err := waitOwner(context.Background(), []*bridgeProc{a.bridgeProc}, nil, a.report.OwnerDeath.Total); err != nil {
+		t.Fatal(err)
+	}
+	b := f.start(t, "node-b", 2*time.Second, 300*time.Millisecond)
+	waitStatus(t, a.path, 30*time.Second, "node-b live", liveEligible("node-b"))
+	budget, err := admission.HandoverOf(a.report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"drain", "node-a", "-c", a.path}, &out, &errb); code != exitOK {
+		t.Fatalf("drain exited %d: %s", code, errb.String())
+	}
+	if _, _, err := waitOwner(context.Background(), []*bridgeProc{b.bridgeProc}, nil, budget.Total); err != nil {
+		t.Fatalf("node-b after the drain: %v (handover budget %s)", err, budget.Total)
+	}
+	waitStatus(t, a.path, 10*time.Second, "node-a draining", func(s failover.FleetSession) bool { return !liveEligible("node-a")(s) })
+	// Drained, node-a does not take the session back even when node-b
+	// stops: it runs nowhere until node-a is undrained.
+	b.stop(t, syscall.SIGTERM)
+	unowned := waitStatus(t, a.path, 10*time.Second, "unowned", func(s failover.FleetSession) bool { return s.Status == failover.FleetUnowned })
+	if len(unowned.LiveEligible) != 0 {
+		t.Errorf("live eligible nodes %v while node-a drains and node-b is stopped", unowned.LiveEligible)
+	}
+	for end := time.Now().Add(a.report.OwnerDeath.Total); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if s := a.readyz(t); s.Owner {
+			t.Fatal("draining node-a took the session")
+		}
+	}
+	if _, code := fleetStatus(t, a.path); code != exitRefused {
+		t.Errorf("status exit %d with the session unowned, want %d", code, exitRefused)
+	}
+	if code := run([]string{"undrain", "node-a", "-c", a.path}, &out, &errb); code != exitOK {
+		t.Fatalf("undrain exited %d: %s", code, errb.String())
+	}
+	if _, _, err := waitOwner(context.Background(), []*bridgeProc{a.bridgeProc}, nil, a.report.OwnerDeath.Total); err != nil {
+		t.Fatalf("node-a after undrain: %v", err)
+	}
+	if _, code := fleetStatus(t, a.path); code != exitOK {
+		t.Errorf("status exit %d with the session owned, want 0", code)
+	}
+	if _, err := f.plc.spans(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A device pinned to node-a: node-b runs the same file and never competes
+// for the session, also after node-a dies; the session then runs nowhere
+// and says so in status and in node-b's metrics.
+func TestPinnedSessionRunsNowhereWhenItsNodeDies(t *testing.T) {
+	f := startMixedFleet(t)
+	pin := func(y string) string {
+		const dev = "    kind: modbus_tcp\n"
+		if !strings.Contains(y, dev) {
+			t.Fatalf("the shared test configuration no longer has %q", dev)
+		}
+		return strings.Replace(y, dev, dev+"    nodes: [node-a]\n", 1)
+	}
+	a := f.startEdited(t, "node-a", pin)
+	if _, _, err := waitOwner(context.Background(), []*bridgeProc{a.bridgeProc}, nil, a.report.OwnerDeath.Total); err != nil {
+		t.Fatal(err)
+	}
+	b := f.startEdited(t, "node-b", pin)
+	st := waitStatus(t, b.path, 30*time.Second, "node-b's row", func(s failover.FleetSession) bool { return s.Status == failover.FleetOwned })
+	if st.Node != "node-a" || strings.Join(st.Pinning.Nodes, ",") != "node-a" || strings.Join(st.LiveEligible, ",") != "node-a" {
+		t.Errorf("status %+v: want owned by node-a, pinned to node-a, node-a the only live eligible node", st)
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"handover", "plc", "--to", "node-b", "-c", b.path}, &out, &errb); code != exitRefused ||
+		!strings.Contains(errb.String(), "node node-b is not eligible") {
+		t.Errorf("handover to an ineligible node: exit %d, %q", code, errb.String())
+	}
+	a.stop(t, syscall.SIGKILL)
+	killed := time.Now()
+	// Twice the owner-death budget: node-b would have taken over by then.
+	for end := killed.Add(2 * a.report.OwnerDeath.Total); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if s, _ := fleetStatus(t, b.path); s.Sessions[0].Node != "node-a" {
+			t.Fatalf("after node-a died the session moved to %q", s.Sessions[0].Node)
+		}
+	}
+	s, code := fleetStatus(t, b.path)
+	if code != exitRefused || s.Sessions[0].Status != failover.FleetStale || len(s.Sessions[0].LiveEligible) != 0 {
+		t.Errorf("status exit %d, %+v: want 1, stale, no live eligible node", code, s.Sessions[0])
+	}
+	var text bytes.Buffer
+	run([]string{"status", "-c", b.path}, &text, &errb)
+	if !strings.Contains(text.String(), "no live eligible node: runs nowhere") {
+		t.Errorf("status text does not say the session runs nowhere:\n%s", text.String())
+	}
+	if m := b.metrics(t); !strings.Contains(m, `leasebridge_session_unowned{session="plc"} 1`) {
+		t.Errorf("node-b /metrics lacks leasebridge_session_unowned{session=\"plc\"} 1")
+	}
+	spans, err := f.plc.spans()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sp := range spans {
+		if sp.last.at.After(killed) && sp.first.at.After(killed) {
+			t.Errorf("a connection %s served after node-a died: %s..%s", sp.conn, sp.first.at, sp.last.at)
+		}
+	}
+	t.Logf("pinned session after node-a's death: %s; %d device connections, all before the kill", fmt.Sprint(s.Sessions[0].Status), len(spans))
+}
