@@ -209,8 +209,19 @@ func (f *fleet) waitOwnedElsewhere(ctx context.Context, s *session, me string, u
 	}
 }
 
-// heartbeat writes the node row and updates leasebridge_session_unowned.
-func (f *fleet) heartbeat(ctx context.Context) {
+// farewell writes the node row once more after a clean stop, marked
+// stopped, so readers call the node down at once.
+func (f *fleet) farewell() {
+	ctx, cancel := f.call(context.Background())
+	defer cancel()
+	n := f.nodeRow()
+	n.Stopped = true
+	if err := f.store.PutNode(ctx, n); err != nil {
+		f.sv.o.Logger.Warn("fleet: write node row", "err", err)
+	}
+}
+
+func (f *fleet) nodeRow() lease.NodeRow {
 	n := lease.NodeRow{Node: f.node, Owner: f.sv.o.Identity.Owner, Draining: f.isDraining(),
 		Interval: f.interval, TTL: f.ttl, RenewedAt: time.Now().UnixNano()}
 	for _, s := range f.sv.sessions {
@@ -222,6 +233,12 @@ func (f *fleet) heartbeat(ctx context.Context) {
 			n.Serving = append(n.Serving, s.name)
 		}
 	}
+	return n
+}
+
+// heartbeat writes the node row and updates leasebridge_session_unowned.
+func (f *fleet) heartbeat(ctx context.Context) {
+	n := f.nodeRow()
 	cctx, cancel := f.call(ctx)
 	defer cancel()
 	if err := f.store.PutNode(cctx, n); err != nil {

@@ -87,7 +87,7 @@ type FleetTimingMismatch struct {
 type FleetNode struct {
 	lease.NodeRow
 	// Live is true while the row is younger than its TTL on the reader's
-	// wall clock.
+	// wall clock and not marked stopped.
 	Live bool `json:"live"`
 	// AgeNS is the reader's wall clock minus renewed_at.
 	AgeNS int64 `json:"age_ns"`
@@ -118,7 +118,7 @@ func ReadFleetStatus(ctx context.Context, cfg *routes.Config, reports []admissio
 	for _, name := range sortedNames(nodeRows) {
 		n := nodeRows[name]
 		fn := FleetNode{NodeRow: n, AgeNS: now.UnixNano() - n.RenewedAt}
-		fn.Live = fn.AgeNS <= int64(n.TTL)
+		fn.Live = !n.Stopped && fn.AgeNS <= int64(n.TTL)
 		nodes[name] = fn
 		st.Nodes = append(st.Nodes, fn)
 	}

@@ -179,6 +179,9 @@ func (sv *Supervisor) Run(ctx context.Context) error {
 	}
 	mcancel()
 	wg.Wait()
+	if sv.fleet != nil {
+		sv.fleet.farewell()
+	}
 	return result
 }
 

@@ -24,6 +24,9 @@ type NodeRow struct {
 	Serving []string `json:"serving"`
 	// Draining is set while a drain request for the node stands.
 	Draining bool `json:"draining"`
+	// Stopped is set by the process's last write at a clean stop, after
+	// it released every lease: the node is down, not late.
+	Stopped bool `json:"stopped,omitempty"`
 	// Interval is how often the node rewrites the row; TTL is how long a
 	// reader waits for a change before it calls the node down.
 	Interval time.Duration `json:"interval_ns"`
