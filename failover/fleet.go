@@ -2,6 +2,7 @@ package failover
 
 import (
 	"context"
+	"maps"
 	"sort"
 	"sync"
 	"time"
@@ -29,6 +30,7 @@ type fleet struct {
 	seen     map[string]lease.VersionedRow // session -> row version last seen
 	seenAt   map[string]time.Time          // when seen's version was first seen
 	notify   chan struct{}                 // closed and replaced at every change
+	control  lease.Control                 // the requests last read
 }
 
 func newFleet(sv *Supervisor, store lease.Fleet) *fleet {
@@ -98,6 +100,9 @@ func (f *fleet) reconcile(ctx context.Context) {
 		return
 	}
 	f.setDraining(ctx, c.Draining[f.node])
+	f.mu.Lock()
+	f.control = c
+	f.mu.Unlock()
 	for _, s := range f.sv.sessions {
 		if req, ok := c.Handovers[s.name]; ok {
 			f.onHandover(ctx, s, req)
@@ -250,12 +255,60 @@ func (f *fleet) heartbeat(ctx context.Context) {
 		return
 	}
 	now := time.Now()
+	owned := map[string]bool{}
 	for _, name := range f.all {
 		v := 0.0
 		if f.unowned(name, rows[name], now) {
 			v = 1
+		} else {
+			owned[name] = true
 		}
 		f.sv.o.Metrics.SessionUnowned.WithLabelValues(name).Set(v)
+	}
+	f.pullPreferred(ctx, rows, owned)
+}
+
+// pullPreferred asks, through the store, for one session whose
+// preferred_node this is and that another live node owns to be handed
+// over here: a returning preferred node gets its sessions back one at a
+// time, each after the previous request was carried out or lapsed.
+func (f *fleet) pullPreferred(ctx context.Context, rows map[string]lease.VersionedRow, owned map[string]bool) {
+	f.mu.Lock()
+	c, draining := f.control, f.draining
+	f.mu.Unlock()
+	if draining {
+		return
+	}
+	for _, h := range c.Handovers {
+		if h.To == f.node {
+			return
+		}
+	}
+	for _, s := range f.sv.sessions {
+		r := rows[s.name].Row
+		if f.sv.o.Config.Pinning(s.name).Preferred != f.node || !owned[s.name] || r.Node == f.node || s.paused() {
+			continue
+		}
+		if _, pending := c.Handovers[s.name]; pending {
+			continue
+		}
+		req := lease.HandoverRequest{Session: s.name, Epoch: r.Epoch, Owner: r.Owner, To: f.node, RequestedAt: time.Now().UnixNano()}
+		cctx, cancel := f.call(ctx)
+		err := f.store.RequestHandover(cctx, req, 2*s.handoverBudget())
+		cancel()
+		if err != nil {
+			s.log.Warn("fleet: request the handover to the preferred node", "err", err)
+			return
+		}
+		s.log.Info("fleet: preferred node asks for its session", "owner", r.Node, "epoch", r.Epoch)
+		f.mu.Lock()
+		f.control.Handovers = maps.Clone(f.control.Handovers)
+		if f.control.Handovers == nil {
+			f.control.Handovers = map[string]lease.HandoverRequest{}
+		}
+		f.control.Handovers[s.name] = req
+		f.mu.Unlock()
+		return
 	}
 }
 

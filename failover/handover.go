@@ -45,6 +45,13 @@ func (s *session) manager() *lease.Manager {
 	return s.ctl.mgr
 }
 
+// paused reports whether the session yielded and does not compete.
+func (s *session) paused() bool {
+	s.ctl.mu.Lock()
+	defer s.ctl.mu.Unlock()
+	return s.ctl.pause != nil
+}
+
 // newManager builds a lease manager for the session; New calls it once
 // and every resume after a yield again.
 func (s *session) newManager() (*lease.Manager, error) {

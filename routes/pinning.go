@@ -15,8 +15,9 @@ type Pin struct {
 	// Nodes are the eligible node names; empty means every node.
 	Nodes []string `yaml:"nodes"`
 	// PreferredNode, when set, is the node the session runs on while it
-	// is up: a planned handover moves the session to it. It must be one
-	// of Nodes when Nodes is set.
+	// is up: while another node owns the session, the preferred node asks
+	// for a planned handover to itself (one session at a time). It must
+	// be one of Nodes when Nodes is set.
 	PreferredNode string `yaml:"preferred_node"`
 }
 

@@ -278,3 +278,38 @@ func TestPinnedSessionRunsNowhereWhenItsNodeDies(t *testing.T) {
 	}
 	t.Logf("pinned session after node-a's death: %s; %d device connections, all before the kill", fmt.Sprint(s.Sessions[0].Status), len(spans))
 }
+
+// preferred_node: node-a starts first and owns the session; when node-b,
+// the preferred node, comes up it asks for a planned handover through the
+// store and owns the session within its node-row interval plus one
+// handover budget, the device never seeing two clients.
+func TestPreferredNodeGetsItsSessionBack(t *testing.T) {
+	f := startMixedFleet(t)
+	pref := func(y string) string {
+		const dev = "    kind: modbus_tcp\n"
+		if !strings.Contains(y, dev) {
+			t.Fatalf("the shared test configuration no longer has %q", dev)
+		}
+		return strings.Replace(y, dev, dev+"    nodes: [node-a, node-b]\n    preferred_node: node-b\n", 1)
+	}
+	a := f.startEdited(t, "node-a", pref)
+	if _, _, err := waitOwner(context.Background(), []*bridgeProc{a.bridgeProc}, nil, a.report.OwnerDeath.Total); err != nil {
+		t.Fatal(err)
+	}
+	budget, err := admission.HandoverOf(a.report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := f.startEdited(t, "node-b", pref)
+	// node-b's first node-row round, then the handover.
+	limit := a.report.Timing.RenewInterval + budget.Total + 10*time.Second
+	if _, _, err := waitOwner(context.Background(), []*bridgeProc{b.bridgeProc}, nil, limit); err != nil {
+		t.Fatalf("preferred node-b: %v", err)
+	}
+	if s := a.readyz(t); s.Owner {
+		t.Error("node-a still owns the session")
+	}
+	if _, err := f.plc.spans(); err != nil {
+		t.Fatal(err)
+	}
+}
