@@ -91,7 +91,7 @@ func TestStatusOwnedUnownedPinnedMismatched(t *testing.T) {
 	defer cli.Close()
 	dead := now.Add(-time.Minute).UnixNano()
 	for k, v := range map[string]any{
-		"/status-test/pinned":         lease.Row{Owner: "edge-1#1", Node: "edge-1", Epoch: 9, Timing: timing, RenewedAt: dead},
+		"/status-test/pinned":        lease.Row{Owner: "edge-1#1", Node: "edge-1", Epoch: 9, Timing: timing, RenewedAt: dead},
 		"/status-test/_nodes/edge-1": lease.NodeRow{Node: "edge-1", Owner: "edge-1#1", Sessions: []string{"pinned"}, TTL: timing.LeaseTTL, RenewedAt: dead},
 	} {
 		b, _ := json.Marshal(v)
