@@ -117,6 +117,7 @@ func ReadFleetStatus(ctx context.Context, cfg *routes.Config, reports []admissio
 	nodes := map[string]FleetNode{}
 	for _, name := range sortedNames(nodeRows) {
 		n := nodeRows[name]
+		n.Sessions, n.Owned, n.Serving = nonNil(n.Sessions), nonNil(n.Owned), nonNil(n.Serving)
 		fn := FleetNode{NodeRow: n, AgeNS: now.UnixNano() - n.RenewedAt}
 		fn.Live = !n.Stopped && fn.AgeNS <= int64(n.TTL)
 		nodes[name] = fn
@@ -181,6 +182,14 @@ func fleetSession(cfg *routes.Config, rep admission.Report, vr lease.VersionedRo
 		}
 	}
 	return fs
+}
+
+// nonNil makes an absent list print as [] rather than null.
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
 }
 
 func sortedNames[V any](m map[string]V) []string {

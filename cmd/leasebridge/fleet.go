@@ -13,17 +13,15 @@ import (
 
 	"github.com/leasebridge/leasebridge/admission"
 	"github.com/leasebridge/leasebridge/failover"
+	"github.com/leasebridge/leasebridge/internal/report"
 	"github.com/leasebridge/leasebridge/lease"
 	"github.com/leasebridge/leasebridge/lease/etcdstore"
 	"github.com/leasebridge/leasebridge/routes"
 )
 
-// Exit statuses of status, handover, drain and undrain beyond 0, 1 and 2
-// (docs/status-json.md).
-const (
-	// exitStoreDown: the lease store could not be read or written.
-	exitStoreDown = 3
-)
+// exitStoreDown is the exit status of a fleet command whose lease store
+// could not be read or written (docs/status-json.md).
+const exitStoreDown = report.ExitStoreDown
 
 // fleetCall bounds the store calls of one fleet command.
 const fleetCall = 10 * time.Second

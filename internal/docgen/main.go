@@ -38,6 +38,9 @@ var configurationTmpl string
 //go:embed operations.md.tmpl
 var operationsTmpl string
 
+//go:embed status-json.md.tmpl
+var statusJSONTmpl string
+
 // exampleConfig is admitted to produce the real output shown in
 // admit-json.md; the path is relative to this package, where go generate
 // and go test run.
@@ -147,7 +150,16 @@ func render() (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return map[string][]byte{"failover-budget.md": budget, "admit-json.md": admit, "configuration.md": config, "operations.md": ops, "bridged-data.md": bridged}, nil
+	statusEx, err := statusExample()
+	if err != nil {
+		return nil, err
+	}
+	statusPage, err := execute(statusJSONTmpl, map[string]any{"Example": statusEx, "ExitOK": report.ExitAdmitted,
+		"ExitNotOwned": report.ExitNotOwned, "ExitInvalid": report.ExitInvalid, "ExitStoreDown": report.ExitStoreDown})
+	if err != nil {
+		return nil, err
+	}
+	return map[string][]byte{"status-json.md": statusPage, "failover-budget.md": budget, "admit-json.md": admit, "configuration.md": config, "operations.md": ops, "bridged-data.md": bridged}, nil
 }
 
 func execute(tmpl string, data any) ([]byte, error) {
