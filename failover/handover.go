@@ -133,7 +133,9 @@ func (s *session) yield(p *pause) error {
 		s.log.Error("close exceeded its bound", "reason", p.reason, "err", err)
 	}
 	cancel()
-	ctx, cancel = context.WithTimeout(context.Background(), admission.ReleaseCalls*s.report.Timing.RenewCallTimeout)
+	// One more call's time: the manager may be in a store call when the
+	// release is asked for.
+	ctx, cancel = context.WithTimeout(context.Background(), (admission.ReleaseCalls+1)*s.report.Timing.RenewCallTimeout)
 	defer cancel()
 	return mgr.Release(ctx)
 }

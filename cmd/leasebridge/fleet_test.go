@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -283,6 +284,17 @@ func TestDrainAndUndrain(t *testing.T) {
 	}
 	if _, code := fleetStatus(t, a.path); code != exitOK {
 		t.Errorf("status exit %d with the session owned, want 0", code)
+	}
+	// The same view over HTTP, read by node-a from the store.
+	resp, err := http.Get("http://" + a.http + "/fleet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var view failover.FleetStatus
+	err = json.NewDecoder(resp.Body).Decode(&view)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK || len(view.Sessions) != 1 || view.Sessions[0].Node != "node-a" || len(view.Nodes) != 2 {
+		t.Errorf("GET /fleet: %d %+v, %v", resp.StatusCode, view, err)
 	}
 	if _, err := f.plc.spans(); err != nil {
 		t.Fatal(err)
