@@ -265,14 +265,16 @@ func (f *fleet) heartbeat(ctx context.Context) {
 		}
 		f.sv.o.Metrics.SessionUnowned.WithLabelValues(name).Set(v)
 	}
-	f.pullPreferred(ctx, rows, owned)
+	f.pull(ctx, rows, owned)
 }
 
-// pullPreferred asks, through the store, for one session whose
-// preferred_node this is and that another live node owns to be handed
-// over here: a returning preferred node gets its sessions back one at a
-// time, each after the previous request was carried out or lapsed.
-func (f *fleet) pullPreferred(ctx context.Context, rows map[string]lease.VersionedRow, owned map[string]bool) {
+// pull asks, through the store, for one session this node should run
+// and another live node owns to be handed over here: its preferred_node
+// sessions and, with spread, the ones rendezvous hashing gives it
+// (desiredOwners). One request at a time: the next after the previous
+// was carried out or lapsed, so a returning node gets work back
+// gradually.
+func (f *fleet) pull(ctx context.Context, rows map[string]lease.VersionedRow, owned map[string]bool) {
 	f.mu.Lock()
 	c, draining := f.control, f.draining
 	f.mu.Unlock()
@@ -284,9 +286,28 @@ func (f *fleet) pullPreferred(ctx context.Context, rows map[string]lease.Version
 			return
 		}
 	}
+	cfg := f.sv.o.Config
+	want := func(s string) bool { return cfg.Pinning(s).Preferred == f.node }
+	if cfg.Spread {
+		cctx, cancel := f.call(ctx)
+		nodes, err := f.store.Nodes(cctx)
+		cancel()
+		if err != nil {
+			f.sv.o.Logger.Warn("fleet: read node rows", "err", err)
+			return
+		}
+		current := map[string]string{}
+		for name, r := range rows {
+			if owned[name] {
+				current[name] = r.Row.Node
+			}
+		}
+		desired := desiredOwners(f.all, liveEligible(f.all, nodes, time.Now().UnixNano()), current, cfg.Pinning)
+		want = func(s string) bool { return desired[s] == f.node }
+	}
 	for _, s := range f.sv.sessions {
 		r := rows[s.name].Row
-		if f.sv.o.Config.Pinning(s.name).Preferred != f.node || !owned[s.name] || r.Node == f.node || s.paused() {
+		if !want(s.name) || !owned[s.name] || r.Node == f.node || s.paused() {
 			continue
 		}
 		if _, pending := c.Handovers[s.name]; pending {
@@ -297,10 +318,10 @@ func (f *fleet) pullPreferred(ctx context.Context, rows map[string]lease.Version
 		err := f.store.RequestHandover(cctx, req, 2*s.handoverBudget())
 		cancel()
 		if err != nil {
-			s.log.Warn("fleet: request the handover to the preferred node", "err", err)
+			s.log.Warn("fleet: request a handover to this node", "err", err)
 			return
 		}
-		s.log.Info("fleet: preferred node asks for its session", "owner", r.Node, "epoch", r.Epoch)
+		s.log.Info("fleet: asking for the session", "owner", r.Node, "epoch", r.Epoch, "spread", cfg.Spread)
 		f.mu.Lock()
 		f.control.Handovers = maps.Clone(f.control.Handovers)
 		if f.control.Handovers == nil {

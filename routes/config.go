@@ -26,6 +26,11 @@ type Config struct {
 	DataDir string `yaml:"data_dir"`
 	// HTTPListen is the address of /metrics, /healthz and /readyz.
 	HTTPListen string `yaml:"http_listen"`
+	// Spread, when true, makes this node ask for its fair share of the
+	// sessions (ceil(sessions / live nodes)) through planned handovers,
+	// one at a time; rendezvous hashing picks which
+	// (docs/lease-protocol.md, spread). Every node of a fleet should agree.
+	Spread bool `yaml:"spread"`
 	// LeaseStore is where the lease rows live.
 	LeaseStore LeaseStore `yaml:"lease_store"`
 	// Manager holds the defaults of every manager input; a route's own

@@ -393,3 +393,129 @@ func TestPreferredNodeGetsItsSessionBack(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// spreadConfig replaces the shared configuration's device and routes with
+// one Modbus device and one session per PLC, and turns spread on.
+func spreadConfig(t *testing.T, plcs []*loggingPLC) func(string) string {
+	return func(y string) string {
+		i := strings.Index(y, "devices:\n")
+		if i < 0 {
+			t.Fatal("the shared test configuration has no devices: block")
+		}
+		var b strings.Builder
+		b.WriteString("spread: true\n")
+		b.WriteString(y[:i])
+		b.WriteString("devices:\n")
+		for k, p := range plcs {
+			fmt.Fprintf(&b, "  plc%d: {kind: modbus_tcp, address: %q, connect_timeout: 500ms, request_timeout: 500ms, close_timeout: 200ms, "+
+				"groups: [{name: g, interval: 200ms, tags: [{name: cycles, register: holding, address: 0, type: uint16}]}]}\n", k, p.addr)
+		}
+		b.WriteString("routes:\n")
+		for k := range plcs {
+			fmt.Fprintf(&b, "  - {name: r%d, session: s%d, kind: poll, device: plc%d, broker: local, topic: \"s%d/{tag}\"}\n", k, k, k, k)
+		}
+		return b.String()
+	}
+}
+
+// owners maps every session to its owner node once every session is
+// owned at ServiceLevelFull.
+func owners(st failover.FleetStatus) (map[string]string, bool) {
+	out := map[string]string{}
+	for _, s := range st.Sessions {
+		if s.Status != failover.FleetOwned || s.ServiceLevel != "full" {
+			return nil, false
+		}
+		out[s.Session] = s.Node
+	}
+	return out, true
+}
+
+// waitSpread polls status until every session is served and each node in
+// want serves exactly its count; limit is a test timeout.
+func waitSpread(t *testing.T, file string, want map[string]int, limit time.Duration) (map[string]string, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	var last map[string]string
+	for deadline := start.Add(limit); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		st, _ := fleetStatus(t, file)
+		m, ok := owners(st)
+		if !ok {
+			continue
+		}
+		last = m
+		got := map[string]int{}
+		for _, n := range m {
+			got[n]++
+		}
+		if fmt.Sprint(got) == fmt.Sprint(want) {
+			return m, time.Since(start)
+		}
+	}
+	t.Fatalf("sessions never spread as %v within %s; last %v", want, limit, last)
+	return nil, 0
+}
+
+func changed(a, b map[string]string) int {
+	n := 0
+	for s, o := range a {
+		if b[s] != o {
+			n++
+		}
+	}
+	return n
+}
+
+// Spread: three processes, six sessions (LEASEBRIDGE_SPREAD_SESSIONS, a
+// multiple of six, changes it). node-a starts alone and owns all; node-b
+// and node-c join and pull their share, a third each; node-c is killed and
+// only its sessions move to the others; restarted, it gets exactly its
+// share back. No device ever sees two clients.
+func TestSpreadFairShareAndMinimumMoves(t *testing.T) {
+	n := 6
+	if v := os.Getenv("LEASEBRIDGE_SPREAD_SESSIONS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 6 || n%6 != 0 {
+			t.Fatalf("LEASEBRIDGE_SPREAD_SESSIONS=%q: want a multiple of 6", v)
+		}
+	}
+	f := startMixedFleet(t)
+	plcs := make([]*loggingPLC, n)
+	for i := range plcs {
+		plcs[i] = startLoggingPLC(t)
+	}
+	edit := spreadConfig(t, plcs)
+	a := f.startEdited(t, "node-a", edit)
+	waitSpread(t, a.path, map[string]int{"node-a": n}, a.report.OwnerDeath.Total)
+	b := f.startEdited(t, "node-b", edit)
+	c := f.startEdited(t, "node-c", edit)
+	budget, err := admission.HandoverOf(a.report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	third, half := map[string]int{"node-a": n / 3, "node-b": n / 3, "node-c": n / 3}, map[string]int{"node-a": n / 2, "node-b": n / 2}
+	// n/3 pulls per joining node, one at a time, each within a node-row
+	// interval and a handover budget.
+	limit := time.Duration(n/3) * (a.report.Timing.RenewInterval + budget.Total)
+	even, took := waitSpread(t, a.path, third, limit+5*time.Second)
+	t.Logf("%d sessions: %v %s after node-b and node-c started (%.1f renew intervals)", n, third, took, float64(took)/float64(a.report.Timing.RenewInterval))
+	c.stop(t, syscall.SIGKILL)
+	killed := time.Now()
+	halves, _ := waitSpread(t, a.path, half, a.report.OwnerDeath.Total+limit)
+	if moved := changed(even, halves); moved != n/3 {
+		t.Errorf("node-c died: %d sessions moved, want its %d", moved, n/3)
+	}
+	t.Logf("node-c killed: %v %s later (owner-death budget %s)", half, time.Since(killed), a.report.OwnerDeath.Total)
+	c.restart(t)
+	back, took := waitSpread(t, a.path, third, limit+5*time.Second)
+	if moved := changed(halves, back); moved != n/3 {
+		t.Errorf("node-c back: %d sessions moved, want %d", moved, n/3)
+	}
+	t.Logf("node-c restarted: %v %s later, %d moves", third, took, n/3)
+	for i, p := range plcs {
+		if _, err := p.spans(); err != nil {
+			t.Errorf("plc%d: %v", i, err)
+		}
+	}
+	_ = b
+}
