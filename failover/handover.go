@@ -220,9 +220,19 @@ func (s *session) take(ctx context.Context, req lease.HandoverRequest) {
 	row := f.store.WatchRow(ctx, s.name)
 	for {
 		s.manager().Poke()
-		if o := s.manager().Owner(); o != nil && o.Epoch() > req.Epoch {
-			f.clear(ctx, s, req)
-			return
+		// The acquire the poke starts takes at most one call: look often
+		// meanwhile, so the request is cleared (and a puller's next one
+		// sent) as soon as the row is ours.
+		for end := time.Now().Add(s.report.Timing.RenewCallTimeout); time.Now().Before(end); {
+			if o := s.manager().Owner(); o != nil && o.Epoch() > req.Epoch {
+				f.clear(ctx, s, req)
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
 		}
 		select {
 		case <-ctx.Done():
