@@ -35,6 +35,35 @@ func (b BrokerHealth) String() string {
 	return "omitted"
 }
 
+// DevicePath is device_path_step_down and device_path_cooldown. A zero
+// Threshold is off, the default: a device that is down for every node
+// keeps its owner, which publishes the outage.
+type DevicePath struct {
+	// Threshold is how long a session's device may stay unreachable while
+	// the lease store is fine before the owner releases that session.
+	Threshold time.Duration
+	// Cooldown is how long a node that released a session for its device
+	// path does not compete for it; nil derives it (DefaultCooldown).
+	Cooldown *time.Duration
+}
+
+// String prints the threshold as it is written in a configuration.
+func (d DevicePath) String() string {
+	if d.Threshold <= 0 {
+		return "off"
+	}
+	return FormatSeconds(d.Threshold)
+}
+
+// State is "on" when a threshold is set and "off" otherwise, the
+// report's device_path_failover.
+func (d DevicePath) State() string {
+	if d.Threshold > 0 {
+		return "on"
+	}
+	return "off"
+}
+
 // Activation is one transport's disclosed activation and close bounds.
 type Activation struct {
 	Name  string        `json:"name"`
@@ -47,6 +76,7 @@ type Inputs struct {
 	Session          string
 	Timing           Timing
 	BrokerHealth     BrokerHealth
+	DevicePath       DevicePath
 	StartupAllowance time.Duration
 	// FailoverSLO is the declared objective; nil when none is declared.
 	FailoverSLO *time.Duration
@@ -77,6 +107,12 @@ type Report struct {
 	BrokerPath *Budget
 	// BrokerPathFailover is "on", "off" or "undecided".
 	BrokerPathFailover string
+	// DevicePath is nil when device_path_step_down is off.
+	DevicePath *Budget
+	// DevicePathFailover is "on" or "off".
+	DevicePathFailover string
+	// DevicePathCooldown is the resolved device_path_cooldown; 0 when off.
+	DevicePathCooldown time.Duration
 	FailoverSLO        *time.Duration
 	Activation         time.Duration
 	CloseBound         time.Duration
@@ -132,22 +168,57 @@ func OwnerDeath(t Timing, activation, startup time.Duration) (Budget, error) {
 // BrokerPath is the broker-path budget for threshold B:
 // B + R + J/2 + 2*min(5s, G) + G + 2*pb + 4*C + A + S.
 func BrokerPath(t Timing, threshold, activation, startup time.Duration) (Budget, error) {
+	return release(t, Term{"broker_health_step_down", threshold}, true, activation, startup)
+}
+
+// DevicePathBudget is the device-path budget for threshold D:
+// D + R + J/2 + 2*min(5s, G) + 2*pb + 4*C + A + S. It is the broker-path
+// budget without the settlement grace: the owner releases one session and
+// keeps running, so nothing waits for the process to exit.
+func DevicePathBudget(t Timing, threshold, activation, startup time.Duration) (Budget, error) {
+	return release(t, Term{"device_path_step_down", threshold}, false, activation, startup)
+}
+
+// release is the budget of an owner that releases its row after a path
+// stayed lost for threshold: detection round, bounded close and release,
+// the settlement grace when the process exits after it, two standby polls,
+// four store calls, activation and startup allowance.
+func release(t Timing, threshold Term, settle bool, activation, startup time.Duration) (Budget, error) {
 	var c calc
 	pb, err := PollBoundary(t.AcquirePollInterval)
 	if err != nil {
 		return Budget{}, fmt.Errorf("%w (standby_polls)", err)
 	}
 	terms := []Term{
-		{"broker_health_step_down", threshold},
+		threshold,
 		{"detection_round", c.add("detection_round", t.RenewInterval, t.RenewJitter/2)},
 		{"bounded_close_and_release", c.mul("bounded_close_and_release", min(MaxStepDownStage, t.StepDownGrace), 2)},
-		{"settlement_grace", t.StepDownGrace},
-		{"standby_polls", c.mul("standby_polls", pb, 2)},
-		{"store_calls", c.mul("store_calls", t.RenewCallTimeout, 4)},
-		{"activation", activation},
-		{"startup_allowance", startup},
 	}
+	if settle {
+		terms = append(terms, Term{"settlement_grace", t.StepDownGrace})
+	}
+	terms = append(terms,
+		Term{"standby_polls", c.mul("standby_polls", pb, 2)},
+		Term{"store_calls", c.mul("store_calls", t.RenewCallTimeout, 4)},
+		Term{"activation", activation},
+		Term{"startup_allowance", startup},
+	)
 	return total(&c, terms)
+}
+
+// StandbyPickup is 2*pb + 2*C: how long after a release lands a standby
+// that polls may still need to win the row (an Acquire already in flight
+// loses its compare-and-swap and waits a full poll). A node that released
+// a session must sit out at least this long, or it could take the row
+// back from a standby still asleep.
+func StandbyPickup(t Timing) (time.Duration, error) {
+	var c calc
+	pb, err := PollBoundary(t.AcquirePollInterval)
+	if err != nil {
+		return 0, err
+	}
+	d := c.add("standby_pickup", c.mul("standby_pickup", pb, 2), c.mul("standby_pickup", t.RenewCallTimeout, 2))
+	return d, c.err
 }
 
 func total(c *calc, terms []Term) (Budget, error) {
@@ -224,9 +295,16 @@ func Evaluate(in Inputs) Report {
 	if in.BrokerHealth.Mode == BrokerHealthOn && in.BrokerHealth.Threshold <= 0 {
 		refuse("broker_health_step_down = %s: must be a positive duration or off", fs(in.BrokerHealth.Threshold))
 	}
+	if in.DevicePath.Threshold < 0 {
+		refuse("device_path_step_down = %s: must be a positive duration or off", fs(in.DevicePath.Threshold))
+	}
+	if in.DevicePath.Cooldown != nil && *in.DevicePath.Cooldown < 0 {
+		refuse("device_path_cooldown = %s: must be >= 0", fs(*in.DevicePath.Cooldown))
+	}
 	if in.FailoverSLO != nil && *in.FailoverSLO <= 0 {
 		refuse("failover_slo = %s: must be > 0", fs(*in.FailoverSLO))
 	}
+	r.DevicePathFailover = in.DevicePath.State()
 	if len(r.Refusals) > 0 {
 		r.BrokerPathFailover = brokerPathState(in.BrokerHealth)
 		return r
@@ -266,6 +344,8 @@ func Evaluate(in Inputs) Report {
 		}
 	}
 
+	evaluateDevicePath(&r, in, refuse)
+
 	if in.FailoverSLO != nil {
 		slo := *in.FailoverSLO
 		if in.BrokerHealth.Mode == BrokerHealthOmitted {
@@ -277,8 +357,45 @@ func Evaluate(in Inputs) Report {
 		if r.BrokerPath != nil && r.BrokerPath.Total > slo {
 			refuse("broker-path budget %s exceeds failover_slo %s by %s (%s)", fs(r.BrokerPath.Total), fs(slo), fs(r.BrokerPath.Total-slo), dominant(*r.BrokerPath))
 		}
+		if r.DevicePath != nil && r.DevicePath.Total > slo {
+			refuse("device-path budget %s exceeds failover_slo %s by %s (%s)", fs(r.DevicePath.Total), fs(slo), fs(r.DevicePath.Total-slo), dominant(*r.DevicePath))
+		}
 	}
 	return r
+}
+
+// evaluateDevicePath computes the device-path budget and cooldown when
+// device_path_step_down is on, refusing a cooldown shorter than a
+// standby's pickup.
+func evaluateDevicePath(r *Report, in Inputs, refuse func(string, ...any)) {
+	d := in.DevicePath
+	if d.Threshold <= 0 {
+		return
+	}
+	fs := FormatSeconds
+	dp, err := DevicePathBudget(in.Timing, d.Threshold, r.Activation, in.StartupAllowance)
+	if err != nil {
+		refuse("device-path budget: %v", err)
+		return
+	}
+	r.DevicePath = &dp
+	pickup, err := StandbyPickup(in.Timing)
+	if err != nil {
+		refuse("device_path_cooldown: %v", err)
+		return
+	}
+	// Unpinned, the cooldown is max(threshold, pickup): every term of a node
+	// that cannot reach the device lasts at least the threshold, so while
+	// the device stays down the node owns the session at most half the
+	// time, and it never outruns a standby.
+	r.DevicePathCooldown = max(d.Threshold, pickup)
+	if d.Cooldown != nil {
+		r.DevicePathCooldown = *d.Cooldown
+		if *d.Cooldown < pickup {
+			refuse("device_path_cooldown = %s must be >= 2*pb + 2*renew_call_timeout = %s: a node that released the session could take it back before a standby asleep for a poll wins it",
+				fs(*d.Cooldown), fs(pickup))
+		}
+	}
 }
 
 func brokerPathState(b BrokerHealth) string {

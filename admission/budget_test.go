@@ -137,6 +137,63 @@ func TestBudgetsAgreeWithReference(t *testing.T) {
 		if want := admissiontest.BrokerPath(ref); want.Int64() != int64(bp.Total) {
 			t.Fatalf("inputs %+v: broker path %d, reference %s", ref, bp.Total, want)
 		}
+		dp, err := admission.DevicePathBudget(tm, b, a, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := admissiontest.DevicePath(ref); want.Int64() != int64(dp.Total) {
+			t.Fatalf("inputs %+v: device path %d, reference %s", ref, dp.Total, want)
+		}
+	}
+}
+
+// The device-path budget must fit failover_slo like the others (the exact
+// boundary passes), and a pinned cooldown shorter than a standby's pickup
+// is refused; unpinned, the cooldown is max(threshold, pickup).
+func TestDevicePathSLOAndCooldown(t *testing.T) {
+	off := admission.BrokerHealth{Mode: admission.BrokerHealthOff}
+	in := inputs(nil, off)
+	in.DevicePath = admission.DevicePath{Threshold: 30 * time.Second}
+	base := admission.Evaluate(in)
+	if !base.Admitted() || base.DevicePath == nil || base.DevicePathFailover != "on" {
+		t.Fatalf("device path on: %v %+v %s", base.Refusals, base.DevicePath, base.DevicePathFailover)
+	}
+	tm := in.Timing
+	pb, _ := admission.PollBoundary(tm.AcquirePollInterval)
+	want := 30*time.Second + tm.RenewInterval + tm.RenewJitter/2 + 2*min(admission.MaxStepDownStage, tm.StepDownGrace) + 2*pb + 4*tm.RenewCallTimeout + mqttDefault
+	if base.DevicePath.Total != want {
+		t.Errorf("device-path budget %s, want %s", base.DevicePath.Total, want)
+	}
+	if base.DevicePathCooldown != 30*time.Second {
+		t.Errorf("derived cooldown %s, want the threshold 30s", base.DevicePathCooldown)
+	}
+	// Make the device path the largest budget, then put the SLO on it.
+	in.DevicePath.Threshold = 10 * time.Minute
+	big := admission.Evaluate(in)
+	exact := big.DevicePath.Total
+	in.FailoverSLO = &exact
+	if r := admission.Evaluate(in); !r.Admitted() {
+		t.Errorf("SLO equal to the device-path budget must pass: %v", r.Refusals)
+	}
+	short := exact - 1
+	in.FailoverSLO = &short
+	if r := admission.Evaluate(in); r.Admitted() || !strings.Contains(strings.Join(r.Refusals, "\n"), "device-path budget") {
+		t.Errorf("SLO 1ns short of the device-path budget: %v", r.Refusals)
+	}
+	in.FailoverSLO = nil
+	pickup := 2*pb + 2*tm.RenewCallTimeout
+	low := pickup - 1
+	in.DevicePath.Cooldown = &low
+	if r := admission.Evaluate(in); r.Admitted() || !strings.Contains(strings.Join(r.Refusals, "\n"), "device_path_cooldown") {
+		t.Errorf("cooldown below the standby pickup %s: %v", pickup, r.Refusals)
+	}
+	in.DevicePath.Cooldown = &pickup
+	if r := admission.Evaluate(in); !r.Admitted() || r.DevicePathCooldown != pickup {
+		t.Errorf("cooldown equal to the pickup: %v %s", r.Refusals, r.DevicePathCooldown)
+	}
+	in.DevicePath = admission.DevicePath{}
+	if r := admission.Evaluate(in); r.DevicePath != nil || r.DevicePathFailover != "off" {
+		t.Errorf("off: %+v %s", r.DevicePath, r.DevicePathFailover)
 	}
 }
 

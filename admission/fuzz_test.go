@@ -20,6 +20,7 @@ func FuzzEvaluate(f *testing.F) {
 			RenewCallTimeout: time.Duration(c), AcquirePollInterval: time.Duration(p), StepDownGrace: time.Duration(g), MaxRenewFails: 3}
 		rep := admission.Evaluate(admission.Inputs{Session: "f", Timing: tm, StartupAllowance: time.Duration(s),
 			BrokerHealth: admission.BrokerHealth{Mode: admission.BrokerHealthOn, Threshold: time.Duration(b)},
+			DevicePath:   admission.DevicePath{Threshold: time.Duration(b)},
 			Transports:   []admission.Activation{{Name: "x", Bound: time.Duration(a)}}})
 		if l <= 0 || r <= 0 || c <= 0 || p <= 0 || j < 0 || g < 0 || s < 0 || b <= 0 || a < 0 {
 			if rep.Admitted() {
@@ -28,16 +29,16 @@ func FuzzEvaluate(f *testing.F) {
 			return
 		}
 		ref := admissiontest.Timing{L: l, R: r, J: j, C: c, P: p, G: g, A: a, S: s, B: b}
-		od, bp := admissiontest.OwnerDeath(ref), admissiontest.BrokerPath(ref)
+		od, bp, dp := admissiontest.OwnerDeath(ref), admissiontest.BrokerPath(ref), admissiontest.DevicePath(ref)
 		overflow := strings.Contains(strings.Join(rep.Refusals, "\n"), "overflows")
-		if !admissiontest.Fits(od) || !admissiontest.Fits(bp) {
+		if !admissiontest.Fits(od) || !admissiontest.Fits(bp) || !admissiontest.Fits(dp) {
 			if rep.Admitted() || !overflow {
 				t.Fatalf("budget beyond int64 (owner %s, broker %s) not refused as overflow: %q", od, bp, rep.Refusals)
 			}
 			return
 		}
 		if rep.Admitted() {
-			if int64(rep.OwnerDeath.Total) != od.Int64() || int64(rep.BrokerPath.Total) != bp.Int64() {
+			if int64(rep.OwnerDeath.Total) != od.Int64() || int64(rep.BrokerPath.Total) != bp.Int64() || int64(rep.DevicePath.Total) != dp.Int64() {
 				t.Fatalf("budgets %d/%d, reference %s/%s", rep.OwnerDeath.Total, rep.BrokerPath.Total, od, bp)
 			}
 		}

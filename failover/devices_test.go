@@ -116,7 +116,7 @@ func (h *routeHarness) value(t *testing.T, topic string, ok func(mqtt.ValueMessa
 
 func (h *routeHarness) write(t *testing.T, id, tag string, value any) failover.WriteReply {
 	t.Helper()
-	req, _ := json.Marshal(failover.WriteRequest{ID: id, Tag: tag, Value: value})
+	req, _ := json.Marshal(failover.WriteRequest{ID: id, Tag: tag, Value: value, IssuedAt: time.Now()})
 	if err := h.broker.Server.Publish("w/req", req, false, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -185,14 +185,14 @@ func TestS7RoutesThroughMQTT(t *testing.T) {
 	if v := h.value(t, "v/oven/door", epochOK); v.Value != true {
 		t.Errorf("door = %v, want true", v.Value)
 	}
-	if r := h.write(t, "a", "temp", 180.25); r.Error != failover.WriteOK {
+	if r := h.write(t, "a", "temp", 180.25); r.Code != failover.WriteOK {
 		t.Fatalf("write temp: %+v", r)
 	}
 	if got := math.Float32frombits(binary.BigEndian.Uint32(plc.DB(1)[2:])); got != 180.25 {
 		t.Errorf("DB1.DBD2 = %v after the write, want 180.25", got)
 	}
 	h.value(t, "v/oven/temp", func(v mqtt.ValueMessage) bool { return v.Value == 180.25 })
-	if r := h.write(t, "b", "count", 1); r.Error == failover.WriteOK {
+	if r := h.write(t, "b", "count", 1); r.Code == failover.WriteOK {
 		t.Errorf("write to a read-only tag succeeded: %+v", r)
 	}
 	if _, peak, _ := plc.Conns(); peak != 1 {
@@ -247,7 +247,7 @@ func TestOPCUARoutesThroughMQTT(t *testing.T) {
 	h.value(t, "v/packer/count", good(float64(7)))
 	srv.Space.Set("count", int32(8))
 	h.value(t, "v/packer/count", good(float64(8)))
-	if r := h.write(t, "a", "speed", 3.25); r.Error != failover.WriteOK {
+	if r := h.write(t, "a", "speed", 3.25); r.Code != failover.WriteOK {
 		t.Fatalf("write speed: %+v", r)
 	}
 	if got := srv.Space.Get("speed").Value.Value(); got != 3.25 {

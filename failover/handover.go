@@ -3,29 +3,15 @@ package failover
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/leasebridge/leasebridge/admission"
 	"github.com/leasebridge/leasebridge/lease"
 )
 
-// errYielding reports a session already yielding or shutting down.
+// errYielding reports a session already yielding, cooling down after a
+// device-path release, or shutting down.
 var errYielding = errors.New("failover: session already yielding or stopping")
-
-// sessionCtl is the part of a session that planned handovers and drains
-// use: its current lease manager, replaced after every yield, and why the
-// last one stopped.
-type sessionCtl struct {
-	mu  sync.Mutex
-	mgr *lease.Manager
-	// closed is set once the supervisor releases every lease: no manager
-	// is started after it.
-	closed bool
-	// pause is set just before a yield releases the manager; the session
-	// competes again once it is over.
-	pause *pause
-}
 
 // pause keeps a yielded session from competing for its row. It is over
 // when another owner than from holds the row, or at until, whichever is
@@ -38,81 +24,28 @@ type pause struct {
 	drain  bool
 }
 
-// manager is the session's current lease manager.
-func (s *session) manager() *lease.Manager {
-	s.ctl.mu.Lock()
-	defer s.ctl.mu.Unlock()
-	return s.ctl.mgr
-}
-
 // paused reports whether the session yielded and does not compete.
 func (s *session) paused() bool {
-	s.ctl.mu.Lock()
-	defer s.ctl.mu.Unlock()
-	return s.ctl.pause != nil
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pause != nil
 }
 
-// newManager builds a lease manager for the session; New calls it once
-// and every resume after a yield again.
-func (s *session) newManager() (*lease.Manager, error) {
-	o := s.sup.o
-	return lease.NewManager(lease.Options{
-		Store:    o.Store,
-		Key:      s.name,
-		Identity: o.Identity,
-		Config:   lease.ConfigFromReport(s.report),
-		OnEvent:  s.handle,
-		OnRenewFailure: func(err error) {
-			o.Metrics.RenewFailures.WithLabelValues(s.name).Inc()
-			s.log.Warn("renew failed", "err", err)
-		},
-	})
-}
-
-// closeManager marks the session closed, so no yield resumes it, and
-// returns the manager to release.
-func (s *session) closeManager() *lease.Manager {
-	s.ctl.mu.Lock()
-	defer s.ctl.mu.Unlock()
-	s.ctl.closed = true
-	return s.ctl.mgr
-}
-
-// runLease runs the session's lease managers one after another: a yield
-// stops one (it releases the row), and after its pause a new one
-// competes. It returns when ctx ends or a release was for good.
-func (s *session) runLease(ctx context.Context) {
-	for {
-		if err := s.manager().Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-			s.log.Error("lease manager stopped", "err", err)
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		s.ctl.mu.Lock()
-		p, closed := s.ctl.pause, s.ctl.closed
-		s.ctl.mu.Unlock()
-		if p == nil || closed || !s.waitPause(ctx, p) || !s.resume() {
-			return
-		}
-	}
-}
-
-// resume starts a new manager unless the supervisor is shutting down.
-func (s *session) resume() bool {
-	s.ctl.mu.Lock()
-	defer s.ctl.mu.Unlock()
-	if s.ctl.closed {
+// sitOut waits until p is over, then stands by with a new manager; false
+// when ctx ended or the process is stopping.
+func (s *session) sitOut(ctx context.Context, p *pause) bool {
+	s.setState("standby")
+	over := s.waitPause(ctx, p)
+	s.mu.Lock()
+	s.pause = nil
+	s.mu.Unlock()
+	if !over {
 		return false
 	}
-	mgr, err := s.newManager()
-	if err != nil {
-		// The same options built the first manager; not reachable.
-		s.log.Error("lease manager", "err", err)
+	if _, err := s.newManager(); err != nil {
 		return false
 	}
-	s.ctl.mgr, s.ctl.pause = mgr, nil
-	s.log.Info("competing again after a yield")
+	s.log.Info("competing again after a yield", "reason", p.reason)
 	return true
 }
 
@@ -120,14 +53,15 @@ func (s *session) resume() bool {
 // the row and stops competing until p is over. A standby's release is one
 // authoritative read: it only stops its manager.
 func (s *session) yield(p *pause) error {
-	s.ctl.mu.Lock()
-	if s.ctl.closed || s.ctl.pause != nil {
-		s.ctl.mu.Unlock()
+	s.mu.Lock()
+	if s.sup.stopping.Load() || s.pause != nil || s.cooling {
+		s.mu.Unlock()
 		return errYielding
 	}
-	s.ctl.pause = p
-	mgr := s.ctl.mgr
-	s.ctl.mu.Unlock()
+	s.pause = p
+	mgr := s.mgr
+	s.mu.Unlock()
+	at := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), s.report.CloseBound+time.Second)
 	if err := s.endTerm(ctx); err != nil {
 		s.log.Error("close exceeded its bound", "reason", p.reason, "err", err)
@@ -137,7 +71,7 @@ func (s *session) yield(p *pause) error {
 	// release is asked for.
 	ctx, cancel = context.WithTimeout(context.Background(), (admission.ReleaseCalls+1)*s.report.Timing.RenewCallTimeout)
 	defer cancel()
-	return mgr.Release(ctx)
+	return mgr.ReleaseWith(ctx, &lease.Release{Cause: CauseHandover, AtUnixNS: at.UnixNano()})
 }
 
 // waitPause waits until p is over (true) or ctx ends (false).

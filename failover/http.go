@@ -8,9 +8,25 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Handler serves /metrics (Prometheus), /healthz (the process runs) and
-// /readyz (200 when every owned session is at ServiceLevelFull, 503
-// otherwise; both with every session's status as JSON).
+// Readiness is the JSON body of /readyz.
+type Readiness struct {
+	// Ready is true when the process can do its job (Supervisor.Ready).
+	Ready bool `json:"ready"`
+	// LeaseStoreUp is true while the lease store answers the probe.
+	LeaseStoreUp bool `json:"lease_store_up"`
+	// NotReady lists why Ready is false.
+	NotReady []string `json:"not_ready,omitempty"`
+	// Sessions is every session's status, as on /sessions.
+	Sessions []SessionStatus `json:"sessions"`
+}
+
+// Handler serves /metrics (Prometheus), /healthz (the process runs),
+// /readyz (200 when the process can do its job: lease store reachable,
+// every lease manager running, not shutting down or stepping down; 503
+// otherwise) and /sessions (every session's status as a JSON array). A
+// session's service level is on /sessions and in the metrics, never in the
+// readiness: a PLC that is off must not take a sidecar's pod out of its
+// Service.
 func Handler(sv *Supervisor, gatherer prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
@@ -20,11 +36,17 @@ func Handler(sv *Supervisor, gatherer prometheus.Gatherer) http.Handler {
 	})
 	mux.HandleFunc("GET /fleet", fleetHandler(sv))
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		why := sv.NotReady()
+		body := Readiness{Ready: len(why) == 0, LeaseStoreUp: sv.StoreUp(), NotReady: why, Sessions: sv.Status()}
 		w.Header().Set("Content-Type", "application/json")
-		if !sv.Ready() {
+		if !body.Ready {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
-		_ = json.NewEncoder(w).Encode(map[string]any{"ready": sv.Ready(), "sessions": sv.Status()})
+		_ = json.NewEncoder(w).Encode(body)
+	})
+	mux.HandleFunc("GET /sessions", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(sv.Status())
 	})
 	return mux
 }

@@ -3,14 +3,15 @@ package failover
 import (
 	"time"
 
+	"github.com/leasebridge/leasebridge/lease"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Metrics are the Prometheus series of a running bridge; docs/operations.md
 // lists them.
 type Metrics struct {
-	// FailureToFull is FailureToFullDuration: from the successor's first
-	// observation of the stale (or released) row to ServiceLevelFull.
+	// FailureToFull is FailureToFullDuration by cause (failureToFull).
 	FailureToFull *prometheus.HistogramVec
 	// State is 1 for the session's current state and 0 for the others.
 	State *prometheus.GaugeVec
@@ -39,22 +40,33 @@ type Metrics struct {
 	// observes the row (released, or unchanged for its owner's lease_ttl):
 	// for a pinned session, every eligible node is down or draining.
 	SessionUnowned *prometheus.GaugeVec
+	// StoreUp is 1 while the lease store answers this process's probe.
+	StoreUp prometheus.Gauge
+	// WriteRequests counts write requests by outcome (the reply code).
+	WriteRequests *prometheus.CounterVec
+	// DeviceUp is 1 while an owned session's device answers, 0 while it
+	// does not; absent on a standby.
+	DeviceUp *prometheus.GaugeVec
+	// DeviceLastGood is when the device last answered this node.
+	DeviceLastGood *prometheus.GaugeVec
+	// DeviceStepDowns counts device-path releases.
+	DeviceStepDowns *prometheus.CounterVec
 }
 
 // States a session reports in leasebridge_session_state.
-var States = []string{"standby", "activating", "serving", "closing", "stopped"}
+var States = []string{"standby", "activating", "serving", "closing", "cooldown", "stopped"}
 
 // NewMetrics creates the series and registers them on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		FailureToFull: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "leasebridge_failure_to_full_seconds",
-			Help:    "FailureToFullDuration: successor's first observation of the stale or released lease row to ServiceLevelFull.",
+			Help:    "FailureToFullDuration by cause (owner_death, broker_path, device_path, handover, initial): from the start of the outage, as far as it can be known, to the successor's ServiceLevelFull (docs/failover-budget.md).",
 			Buckets: prometheus.ExponentialBuckets(0.05, 2, 16),
 		}, []string{"session", "cause"}),
 		State: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "leasebridge_session_state",
-			Help: "1 for the session's current state (standby, activating, serving, closing, stopped), 0 otherwise.",
+			Help: "1 for the session's current state (standby, activating, serving, closing, cooldown, stopped), 0 otherwise.",
 		}, []string{"session", "state"}),
 		Epoch: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "leasebridge_lease_epoch",
@@ -70,7 +82,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"session"}),
 		Budget: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "leasebridge_failover_budget_seconds",
-			Help: "Admitted worst-case failover budget per failure mode (owner_death, broker_path).",
+			Help: "Admitted worst-case failover budget per failure mode (owner_death, broker_path, device_path).",
 		}, []string{"session", "mode"}),
 		TransportErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "leasebridge_transport_errors_total",
@@ -92,13 +104,34 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "leasebridge_timing_mismatches_total",
 			Help: "Distinct row-owner lease timings seen that differ from this node's.",
 		}, []string{"session"}),
+		StoreUp: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "leasebridge_lease_store_up",
+			Help: "1 while the lease store answers the linearizable probe this process sends several times per renew_interval, each within renew_call_timeout; 0 otherwise.",
+		}),
+		WriteRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasebridge_write_requests_total",
+			Help: "Write requests by outcome: the reply code (ok, busy, stale, invalid, ...; docs/writes.md), or dropped.",
+		}, []string{"session", "route", "outcome"}),
+		DeviceUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "leasebridge_device_up",
+			Help: "1 while the owned session's device answers its polls, 0 while it does not; absent on a standby.",
+		}, []string{"session", "device"}),
+		DeviceLastGood: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "leasebridge_device_last_good_timestamp_seconds",
+			Help: "Unix time of the device's last good answer to this node.",
+		}, []string{"session", "device"}),
+		DeviceStepDowns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasebridge_device_step_downs_total",
+			Help: "Device-path releases: a device stayed unreachable for device_path_step_down.",
+		}, []string{"session"}),
 		SessionUnowned: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "leasebridge_session_unowned",
 			Help: "1 while no node owns the session as this node observes its lease row (released, or unchanged for its owner's lease_ttl); with fleet rows only.",
 		}, []string{"session"}),
 	}
-	reg.MustRegister(m.SessionUnowned, m.FailureToFull, m.State, m.Epoch, m.RenewFailures, m.StepDowns, m.Budget, m.TransportErrors, m.Takeovers,
-		m.ClaimConflicts, m.TimingMismatch, m.TimingMismatches)
+	reg.MustRegister(m.FailureToFull, m.State, m.Epoch, m.RenewFailures, m.StepDowns, m.Budget, m.TransportErrors, m.Takeovers,
+		m.ClaimConflicts, m.TimingMismatch, m.TimingMismatches, m.StoreUp, m.WriteRequests,
+		m.DeviceUp, m.DeviceLastGood, m.DeviceStepDowns, m.SessionUnowned)
 	return m
 }
 
@@ -111,6 +144,52 @@ func (m *Metrics) setState(session, state string) {
 		}
 		m.State.WithLabelValues(session, s).Set(v)
 	}
+}
+
+// Causes of FailureToFullDuration, the cause label.
+const (
+	// CauseOwnerDeath: the row still named an owner that stopped renewing.
+	CauseOwnerDeath = "owner_death"
+	// CauseBrokerPath: the owner released the row after its broker path
+	// stayed lost for broker_health_step_down.
+	CauseBrokerPath = "broker_path"
+	// CauseDevicePath: the owner released the row after a device stayed
+	// unreachable for device_path_step_down.
+	CauseDevicePath = "device_path"
+	// CauseHandover: a planned release (shutdown), or a released row that
+	// says nothing.
+	CauseHandover = "handover"
+	// CauseInitial: the row never had an owner.
+	CauseInitial = "initial"
+)
+
+// failureToFull is a term's FailureToFullDuration, measured at now, and its
+// cause. The successor's part runs from its first observation of the row it
+// took over (for owner death: the first read of the revision that went
+// stale, at most one poll after the dead owner's last renew landed). A
+// released row that carries the old owner's instant of failure extends the
+// measure back to it, on the two nodes' wall clocks; a clock offset that
+// would make it shorter than the successor's own part is ignored.
+func failureToFull(ev lease.Event, now time.Time) (time.Duration, string) {
+	d := lease.Now() - ev.Observed
+	took := ev.Took
+	switch {
+	case took.Owner == "" && took.Epoch == 0:
+		return d, CauseInitial
+	case took.Owner != "":
+		return d, CauseOwnerDeath
+	}
+	cause := CauseHandover
+	if r := took.Release; r != nil {
+		switch r.Cause {
+		case CauseBrokerPath, CauseDevicePath:
+			cause = r.Cause
+		}
+		if r.AtUnixNS > 0 {
+			d = max(d, now.Sub(time.Unix(0, r.AtUnixNS)))
+		}
+	}
+	return d, cause
 }
 
 // observeFailureToFull records one takeover's FailureToFullDuration.

@@ -25,8 +25,10 @@ type session struct {
 	routes []*routes.Route
 	// threshold is broker_health_step_down; 0 when off.
 	threshold time.Duration
-	ctl       sessionCtl // the lease manager; planned handovers replace it
-	log       *slog.Logger
+	// devThreshold is device_path_step_down; 0 when off.
+	devThreshold time.Duration
+	mgrOpts      lease.Options
+	log          *slog.Logger
 
 	state    atomic.Value // string, one of States
 	conflict atomic.Value // string, see SessionStatus.EndpointConflict
@@ -34,10 +36,116 @@ type session struct {
 	full     atomic.Bool
 
 	mu       sync.Mutex
-	stopTerm chan struct{} // closed to end the current term gracefully
-	termDone chan struct{} // closed when the current term has closed
-	lastFull time.Duration // last FailureToFullDuration, for tests and logs
-	timing   timingState   // the row owner's timing against this node's
+	stopTerm chan struct{}  // closed to end the current term gracefully
+	termDone chan struct{}  // closed when the current term has closed
+	lastFull time.Duration  // last FailureToFullDuration, for tests and logs
+	mgr      *lease.Manager // replaced after a device-path cooldown
+	health   *pathHealth    // the current ownership's; nil on a standby
+	cooling  bool           // a device-path release ended the manager
+	pause    *pause         // a planned handover or drain ended the manager
+	timing   timingState    // the row owner's timing against this node's
+}
+
+// manager is the session's current lease manager.
+func (s *session) manager() *lease.Manager {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mgr
+}
+
+func (s *session) setHealth(h *pathHealth) {
+	s.mu.Lock()
+	s.health = h
+	s.mu.Unlock()
+}
+
+// deviceNames lists the devices the session's routes use.
+func (s *session) deviceNames() []string {
+	var out []string
+	for _, r := range s.routes {
+		if (r.Kind == routes.RoutePoll || r.Kind == routes.RouteWrite) && !slices.Contains(out, r.Device) {
+			out = append(out, r.Device)
+		}
+	}
+	return out
+}
+
+// newManager makes a standby lease manager for the session, unless the
+// supervisor is shutting down.
+func (s *session) newManager() (*lease.Manager, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sup.stopping.Load() {
+		return nil, lease.ErrStopped
+	}
+	m, err := lease.NewManager(s.mgrOpts)
+	if err != nil {
+		return nil, err
+	}
+	s.mgr = m
+	return m, nil
+}
+
+// run drives the session's lease until ctx ends. After a device-path
+// release the node sits out device_path_cooldown without a manager, so it
+// cannot compete for the row, then stands by again with a new one.
+func (s *session) run(ctx context.Context) {
+	defer s.stopped()
+	for {
+		if err := s.manager().Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			s.log.Error("lease manager stopped", "err", err)
+		}
+		s.mu.Lock()
+		cooling, p := s.cooling, s.pause
+		s.cooling = false
+		s.mu.Unlock()
+		if p != nil && ctx.Err() == nil {
+			if !s.sitOut(ctx, p) {
+				return
+			}
+			continue
+		}
+		if !cooling || ctx.Err() != nil {
+			return
+		}
+		s.setState("cooldown")
+		s.log.Info("device path released: not competing for the session during the cooldown",
+			"device_path_cooldown", admission.FormatSeconds(s.report.DevicePathCooldown))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(s.report.DevicePathCooldown):
+		}
+		if _, err := s.newManager(); err != nil {
+			return
+		}
+		s.setState("standby")
+		s.log.Info("cooldown over: standing by")
+	}
+}
+
+// releaseDevicePath gives this one session up after its device stayed
+// unreachable for device_path_step_down: bounded source close and bounded
+// lease release, each min(5s, step_down_grace), as in the broker-path
+// step-down; session.run then sits out the cooldown. The other sessions
+// of the process are not touched.
+func (s *session) releaseDevicePath(since time.Time) {
+	stage := min(admission.MaxStepDownStage, s.report.Timing.StepDownGrace)
+	s.mu.Lock()
+	s.cooling = true
+	mgr := s.mgr
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), stage)
+	if err := s.endTerm(ctx); err != nil {
+		s.log.Error("source close exceeded its bound", "bound", stage.String(), "err", err)
+	}
+	cancel()
+	ctx, cancel = context.WithTimeout(context.Background(), stage)
+	defer cancel()
+	if err := mgr.ReleaseWith(ctx, &lease.Release{Cause: CauseDevicePath, AtUnixNS: since.UnixNano()}); err != nil {
+		// The standby then waits out lease_ttl: the owner-death path.
+		s.log.Error("device-path release failed; standbys take over after lease_ttl", "bound", stage.String(), "err", err)
+	}
 }
 
 func (s *session) setState(st string) {
@@ -113,65 +221,170 @@ func (s *session) endTerm(ctx context.Context) error {
 	}
 }
 
-// serve runs one ownership term: activate, serve until the owner context
-// ends (fence, loss) or stop is closed (release), then close.
+// serve runs one ownership: activate (retrying while owner), serve until
+// the owner context ends (fence, loss) or stop is closed (release), then
+// close. At the top of every renew round it checks the broker path and the
+// device path against their thresholds, both counted from the ownership's
+// start, so a path that never works during activation hands the session
+// over exactly like one lost later.
 func (s *session) serve(ev lease.Event, stop <-chan struct{}) {
 	o := s.sup.o
-	owner := ev.Owner
 	log := s.log.With("epoch", ev.Epoch)
 	o.Metrics.Takeovers.WithLabelValues(s.name).Inc()
 	o.Metrics.Epoch.WithLabelValues(s.name).Set(float64(ev.Epoch))
 	s.full.Store(false)
+	h := newPathHealth(s, time.Now(), s.deviceNames())
+	s.setHealth(h)
 	defer func() {
+		h.forget()
+		s.setHealth(nil)
 		s.owned.Store(false)
 		s.full.Store(false)
 		s.setState("standby")
 	}()
+	ctx := guarded(ev.Owner)
+	log.Info("became owner", "observed_stale_row_ago", lease.Now()-ev.Observed)
+
+	actx, acancel := context.WithCancel(ctx)
+	defer acancel()
+	activated := make(chan *term, 1)
+	go func() { activated <- s.activate(actx, ev.Epoch, h, log) }()
+
+	var check <-chan time.Time
+	if s.threshold > 0 || s.devThreshold > 0 {
+		tick := time.NewTicker(s.report.Timing.RenewInterval)
+		defer tick.Stop()
+		check = tick.C
+	}
+	var (
+		t        *term
+		w        *work
+		fullCh   <-chan struct{}
+		changed  <-chan struct{}
+		graceful bool
+	)
+loop:
+	for {
+		select {
+		case t = <-activated:
+			activated = nil
+			if t != nil {
+				w = s.startWork(ctx, t, ev.Owner.Valid, log)
+				h.markActivated()
+				fullCh, changed = t.fullCh, h.changed
+			}
+		case <-fullCh:
+			fullCh = nil
+			s.reachedFull(ctx, t, ev, log)
+		case <-changed:
+			s.publishDevices(ctx, t, h, log)
+		case <-check:
+			if s.checkPaths(t, h, log) {
+				check = nil
+				acancel()
+			}
+		case <-stop:
+			graceful = true
+			break loop
+		case <-ctx.Done():
+			log.Warn("owner context ended: closing", "cause", context.Cause(ctx))
+			break loop
+		}
+	}
+	s.setState("closing")
+	// Gracefully, the device and broker see an orderly close and the
+	// status topic says "released" before the row is given up. Fenced or
+	// lost, the transports already dropped their connections when the
+	// owner context ended, and closing only tidies up. An activation still
+	// under way closes what it opened before it returns.
+	acancel()
+	if activated != nil {
+		t = <-activated
+	}
+	if w != nil {
+		w.cancel()
+	}
+	if t != nil {
+		t.close()
+		t.unclaim() // after the transports closed
+	}
+	if w != nil {
+		w.wg.Wait()
+	}
+	s.setConflict("")
+	log.Info("term closed", "graceful", graceful)
+}
+
+// guarded is the owner context with a guard: every device request checks
+// the fence deadline right before it is sent, so an owner resumed after a
+// freeze sends nothing once fenced, even before the owner context is
+// cancelled.
+func guarded(owner *lease.Owner) context.Context {
 	valid := owner.Valid
-	// Every device request checks the fence deadline right before it is
-	// sent, so an owner resumed after a freeze sends nothing once fenced,
-	// even before the owner context is cancelled.
-	ctx := transports.WithGuard(owner.Context(), func() error {
+	return transports.WithGuard(owner.Context(), func() error {
 		if !valid() {
 			return lease.ErrFenced
 		}
 		return nil
 	})
-	log.Info("became owner", "observed_stale_row_ago", lease.Now()-ev.Observed)
+}
 
-	var t *term
-	unclaim := func() {}
-	defer func() { unclaim(); s.setConflict("") }()
+// activate builds and opens a term's transports, retrying after a poll
+// while the lease is ours; the broker-path and device-path checks of serve
+// end the retries by cancelling ctx. It returns nil when ctx ends first.
+func (s *session) activate(ctx context.Context, epoch uint64, h *pathHealth, log *slog.Logger) *term {
 	for {
 		s.setState("activating")
-		var err error
-		if unclaim, err = s.claimEndpoints(ctx, o.Identity.Owner); err == nil {
-			t, err = s.build(ev.Epoch, o.Identity.Owner)
+		h.beginAttempt(time.Now())
+		var t *term
+		// Another fleet's claim on a device endpoint keeps the term from
+		// opening anything (failover/claims.go).
+		unclaim, err := s.claimEndpoints(ctx, s.sup.o.Identity.Owner)
+		if err == nil {
+			t, err = s.build(epoch, s.sup.o.Identity.Owner)
 		}
 		if err == nil {
+			t.h, t.unclaim = h, unclaim
 			err = t.open(ctx)
 		}
 		if err == nil {
-			break
+			return t
 		}
 		unclaim()
-		unclaim = func() {}
-		if !errors.Is(err, lease.ErrClaimed) {
-			log.Error("activation failed; retrying while owner", "err", err)
+		if ctx.Err() != nil {
+			return nil
 		}
-		// The lease stays ours; a standby could not do better against a
-		// device or broker that refuses everyone. Retry after a poll.
+		if !errors.Is(err, lease.ErrClaimed) {
+			log.Error("activation failed; retrying while owner", "err", err,
+				"broker_health_step_down", offOr(s.threshold), "device_path_step_down", offOr(s.devThreshold))
+		}
 		select {
 		case <-ctx.Done():
-			return
-		case <-stop:
-			return
+			return nil
 		case <-time.After(s.report.Timing.AcquirePollInterval):
 		}
 	}
+}
 
-	wctx, wcancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
+// offOr prints a threshold as it is configured: off, or the duration.
+func offOr(d time.Duration) string {
+	if d <= 0 {
+		return "off"
+	}
+	return admission.FormatSeconds(d)
+}
+
+// work is the route workers of an activated term.
+type work struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// startWork starts the term's pollers, writers and bridges and announces
+// the owner on every broker's status topic.
+func (s *session) startWork(ctx context.Context, t *term, valid func() bool, log *slog.Logger) *work {
+	wctx, cancel := context.WithCancel(ctx)
+	w := &work{cancel: cancel}
 	// Pollers of pushed (subscribed) groups, by device and group: a pushed
 	// value is published at once, not at the group's next interval.
 	pushed := map[string]map[string][]*poller{}
@@ -196,7 +409,7 @@ func (s *session) serve(ev lease.Event, stop <-chan struct{}) {
 			for _, tag := range g.Tags {
 				p.band[tag.Name] = tag.Deadband
 			}
-			p.start(wctx, valid, &wg)
+			p.start(wctx, valid, &w.wg)
 			if _, ok := dev.(transports.Notifier); ok && g.Mode == "subscribe" {
 				if pushed[r.Device] == nil {
 					pushed[r.Device] = map[string][]*poller{}
@@ -212,74 +425,102 @@ func (s *session) serve(ev lease.Event, stop <-chan struct{}) {
 			}
 		})
 	}
-	for _, w := range t.writers {
-		wg.Add(1)
-		go func() { defer wg.Done(); w.run(wctx, valid) }()
+	for _, wr := range t.writers {
+		w.wg.Add(1)
+		go func() { defer w.wg.Done(); wr.run(wctx, valid) }()
 	}
 	for _, b := range t.bridges {
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = b.Run(wctx) }()
+		w.wg.Add(1)
+		go func() { defer w.wg.Done(); _ = b.Run(wctx) }()
 	}
-	for _, c := range t.brokers {
-		if err := c.PublishStatus(ctx, mqtt.StateActive, false); err != nil {
-			log.Warn("status", "broker", c.Name(), "err", err)
-		}
-	}
+	// "active" was published by each client's reconcile during Open: once
+	// per takeover, stamped when it happened.
 	t.markActivated()
+	return w
+}
 
-	var check <-chan time.Time
-	if s.threshold > 0 {
-		tick := time.NewTicker(s.report.Timing.RenewInterval)
-		defer tick.Stop()
-		check = tick.C
-	}
-	fullCh := t.fullCh
-	graceful := false
-loop:
-	for {
-		select {
-		case <-fullCh:
-			fullCh = nil
-			d := lease.Now() - ev.Observed
-			s.mu.Lock()
-			s.lastFull = d
-			s.mu.Unlock()
-			s.full.Store(true)
-			s.setState("serving")
-			o.Metrics.observeFailureToFull(s.name, "takeover", d)
-			log.Info("ServiceLevelFull", "failure_to_full", d.String(), "failure_to_full_ns", int64(d),
-				"owner_death_budget", admission.FormatSeconds(s.report.OwnerDeath.Total), "within_budget", d <= s.report.OwnerDeath.Total)
-			for _, c := range t.brokers {
-				if err := c.PublishStatus(ctx, mqtt.StateServing, true); err != nil {
-					log.Warn("status", "broker", c.Name(), "err", err)
-				}
-			}
-		case <-check:
-			// The top of a renew round: a broker path not converged for
-			// broker_health_step_down hands the whole process over.
-			st := t.brokerState()
-			if !st.Converged && !st.Since.IsZero() && time.Since(st.Since) >= s.threshold {
-				o.Metrics.StepDowns.WithLabelValues(s.name).Inc()
-				log.Error("broker path lost: stepping down", "not_converged_for", time.Since(st.Since).String(),
-					"broker_health_step_down", admission.FormatSeconds(s.threshold), "err", st.Err)
-				s.sup.requestStepDown(s, st)
-				check = nil
-			}
-		case <-stop:
-			graceful = true
-			break loop
-		case <-ctx.Done():
-			log.Warn("owner context ended: closing", "cause", context.Cause(ctx))
-			break loop
+// publishStatus publishes the session's status on every broker.
+func (t *term) publishStatus(ctx context.Context, state string, full bool, log *slog.Logger) {
+	for _, c := range t.brokers {
+		if err := c.PublishStatus(ctx, state, full); err != nil {
+			log.Warn("status", "broker", c.Name(), "state", state, "err", err)
 		}
 	}
-	s.setState("closing")
-	// Gracefully, the device and broker see an orderly close and the
-	// status topic says "released" before the row is given up. Fenced or
-	// lost, the transports already dropped their connections when the
-	// owner context ended, and closing only tidies up.
-	wcancel()
-	t.close()
-	wg.Wait()
-	log.Info("term closed", "graceful", graceful)
+}
+
+// reachedFull records the term's ServiceLevelFull: FailureToFullDuration,
+// the serving state and status.
+func (s *session) reachedFull(ctx context.Context, t *term, ev lease.Event, log *slog.Logger) {
+	d, cause := failureToFull(ev, time.Now())
+	s.mu.Lock()
+	s.lastFull = d
+	s.mu.Unlock()
+	s.full.Store(true)
+	s.setState("serving")
+	s.sup.o.Metrics.observeFailureToFull(s.name, cause, d)
+	budget := s.report.OwnerDeath
+	switch {
+	case cause == CauseBrokerPath && s.report.BrokerPath != nil:
+		budget = *s.report.BrokerPath
+	case cause == CauseDevicePath && s.report.DevicePath != nil:
+		budget = *s.report.DevicePath
+	}
+	log.Info("ServiceLevelFull", "failure_to_full", d.String(), "failure_to_full_ns", int64(d), "cause", cause,
+		"budget", admission.FormatSeconds(budget.Total), "within_budget", d <= budget.Total)
+	t.publishStatus(ctx, mqtt.StateServing, true, log)
+	if !t.h.allUp() {
+		s.publishDevices(ctx, t, t.h, log)
+	}
+}
+
+// publishDevices puts a device outage (or its end) on the status topic:
+// "degraded" while a device does not answer, "serving" again once every
+// device does and the term had reached ServiceLevelFull.
+func (s *session) publishDevices(ctx context.Context, t *term, h *pathHealth, log *slog.Logger) {
+	if h.allUp() {
+		if !t.isFull() {
+			return
+		}
+		s.full.Store(true)
+		log.Info("every device answers again: serving")
+		t.publishStatus(ctx, mqtt.StateServing, true, log)
+		return
+	}
+	s.full.Store(false)
+	dev, since, err, _ := h.downDevice()
+	log.Warn("a device does not answer: publishing bad quality", "device", dev, "since", since.Format(time.RFC3339Nano), "err", err)
+	t.publishStatus(ctx, mqtt.StateDegraded, false, log)
+}
+
+// checkPaths runs at the top of every renew round. A broker path not
+// converged for broker_health_step_down hands the whole process over; a
+// device unreachable for device_path_step_down releases this session. It
+// reports whether it started either.
+func (s *session) checkPaths(t *term, h *pathHealth, log *slog.Logger) bool {
+	o := s.sup.o
+	now := time.Now()
+	if s.threshold > 0 {
+		st := h.activationBroker()
+		if t != nil {
+			st = t.brokerState()
+		}
+		if !st.Converged && !st.Since.IsZero() && now.Sub(st.Since) >= s.threshold {
+			o.Metrics.StepDowns.WithLabelValues(s.name).Inc()
+			log.Error("broker path lost: stepping down", "not_converged_for", now.Sub(st.Since).String(),
+				"broker_health_step_down", admission.FormatSeconds(s.threshold), "activated", t != nil, "err", st.Err)
+			s.sup.requestStepDown(s, st)
+			return true
+		}
+	}
+	if s.devThreshold > 0 {
+		if dev, since, err, down := h.downDevice(); down && now.Sub(since) >= s.devThreshold {
+			o.Metrics.DeviceStepDowns.WithLabelValues(s.name).Inc()
+			log.Error("device path lost: releasing this session", "device", dev, "unreachable_for", now.Sub(since).String(),
+				"device_path_step_down", admission.FormatSeconds(s.devThreshold),
+				"device_path_cooldown", admission.FormatSeconds(s.report.DevicePathCooldown), "activated", t != nil, "err", err)
+			go s.releaseDevicePath(since)
+			return true
+		}
+	}
+	return false
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leasebridge/leasebridge/admission"
@@ -21,6 +22,10 @@ var (
 	ErrStepDown = errors.New("failover: stepped down after the broker path stayed lost")
 	// ErrNotAdmitted reports a session whose admission report has refusals.
 	ErrNotAdmitted = errors.New("failover: session not admitted")
+	// ErrReleaseFailed is what Run returns after SIGTERM when a lease
+	// release failed (the store did not confirm it): standbys take over
+	// after lease_ttl, and the process exits with ExitFailure.
+	ErrReleaseFailed = errors.New("failover: lease release failed")
 )
 
 // Options configure a Supervisor.
@@ -31,6 +36,8 @@ type Options struct {
 	Reports []admission.Report
 	// Store holds the lease rows.
 	Store lease.Store
+	// StoreEndpoints name the store in log lines (passwords redacted).
+	StoreEndpoints []string
 	// Identity is this process's lease identity.
 	Identity lease.Identity
 	// Node is the node name, for client ids.
@@ -53,6 +60,13 @@ type Supervisor struct {
 	sessions []*session
 	stepDown chan stepDownRequest
 	once     sync.Once
+	health   *storeHealth
+	// managers counts the sessions whose lease manager runs (a session
+	// sitting out a device-path cooldown counts: it is by design); stopping
+	// is set once the process shuts down or steps down, and a session
+	// ending its device-path cooldown then stays down.
+	managers atomic.Int32
+	stopping atomic.Bool
 	fleet    *fleet // nil without Options.Fleet
 	// pinned are the sessions of the file this node is not eligible for
 	// (routes pin nodes): it runs no lease manager for them.
@@ -76,7 +90,7 @@ func routesBySession(cfg *routes.Config) map[string][]*routes.Route {
 
 // New builds a manager per admitted session; nothing is opened until Run.
 func New(o Options) (*Supervisor, error) {
-	sv := &Supervisor{o: o, stepDown: make(chan stepDownRequest, 1)}
+	sv := &Supervisor{o: o, stepDown: make(chan stepDownRequest, 1), health: newStoreHealth(o)}
 	byName := routesBySession(o.Config)
 	inputs := map[string]routes.Session{}
 	for _, s := range o.Config.Sessions() {
@@ -86,9 +100,9 @@ func New(o Options) (*Supervisor, error) {
 		if !rep.Admitted() {
 			return nil, fmt.Errorf("%w: session %s: %v", ErrNotAdmitted, rep.Session, rep.Refusals)
 		}
-		if !o.Config.Pinning(rep.Session).Eligible(o.Node) {
+		if pin := o.Config.Pinning(rep.Session); !pin.Eligible(o.Node) {
 			sv.pinned = append(sv.pinned, rep.Session)
-			o.Logger.Info("session pinned to other nodes: not competing", "session", rep.Session, "nodes", o.Config.Pinning(rep.Session).Nodes)
+			o.Logger.Info("session pinned to other nodes: not competing", "session", rep.Session, "nodes", pin.Nodes)
 			continue
 		}
 		s := &session{sup: sv, name: rep.Session, report: rep, routes: byName[rep.Session],
@@ -96,11 +110,23 @@ func New(o Options) (*Supervisor, error) {
 		if bh := inputs[rep.Session].Inputs.BrokerHealth; bh.Mode == admission.BrokerHealthOn {
 			s.threshold = bh.Threshold
 		}
-		mgr, err := s.newManager()
-		if err != nil {
+		if rep.DevicePath != nil {
+			s.devThreshold = inputs[rep.Session].Inputs.DevicePath.Threshold
+		}
+		s.mgrOpts = lease.Options{
+			Store:    o.Store,
+			Key:      rep.Session,
+			Identity: o.Identity,
+			Config:   lease.ConfigFromReport(rep),
+			OnEvent:  s.handle,
+			OnRenewFailure: func(err error) {
+				o.Metrics.RenewFailures.WithLabelValues(rep.Session).Inc()
+				s.log.Warn("renew failed", "err", err)
+			},
+		}
+		if _, err := s.newManager(); err != nil {
 			return nil, fmt.Errorf("session %s: %w", rep.Session, err)
 		}
-		s.ctl.mgr = mgr
 		s.setState("standby")
 		s.setConflict("")
 		o.Metrics.TimingMismatch.WithLabelValues(rep.Session).Set(0)
@@ -108,6 +134,9 @@ func New(o Options) (*Supervisor, error) {
 		o.Metrics.Budget.WithLabelValues(rep.Session, "owner_death").Set(rep.OwnerDeath.Total.Seconds())
 		if rep.BrokerPath != nil {
 			o.Metrics.Budget.WithLabelValues(rep.Session, "broker_path").Set(rep.BrokerPath.Total.Seconds())
+		}
+		if rep.DevicePath != nil {
+			o.Metrics.Budget.WithLabelValues(rep.Session, "device_path").Set(rep.DevicePath.Total.Seconds())
 		}
 		sv.sessions = append(sv.sessions, s)
 	}
@@ -118,8 +147,8 @@ func New(o Options) (*Supervisor, error) {
 }
 
 // LogBudgets writes the startup line of every session: its owner-death
-// budget and broker_path_failover (the budget, off, or why it is
-// undecided).
+// budget, broker_path_failover (the budget, off, or why it is undecided)
+// and device_path_failover (the budget or off).
 func LogBudgets(log *slog.Logger, reports []admission.Report) {
 	for _, r := range reports {
 		bp := "undecided: broker_health_step_down omitted"
@@ -129,13 +158,17 @@ func LogBudgets(log *slog.Logger, reports []admission.Report) {
 		case r.BrokerPathFailover == "off":
 			bp = "off"
 		}
+		dp := "off"
+		if r.DevicePath != nil {
+			dp = admission.FormatSeconds(r.DevicePath.Total)
+		}
 		slo := "none"
 		if r.FailoverSLO != nil {
 			slo = admission.FormatSeconds(*r.FailoverSLO)
 		}
 		log.Info("session admitted", "session", r.Session,
 			"owner_death_budget", admission.FormatSeconds(r.OwnerDeath.Total),
-			"broker_path_failover", bp, "failover_slo", slo,
+			"broker_path_failover", bp, "device_path_failover", dp, "failover_slo", slo,
 			"lease_ttl", admission.FormatSeconds(r.Timing.LeaseTTL),
 			"activation", admission.FormatSeconds(r.Activation),
 			"fence_after", admission.FormatSeconds(r.FenceAfter))
@@ -143,15 +176,17 @@ func LogBudgets(log *slog.Logger, reports []admission.Report) {
 }
 
 // Run drives every session until ctx ends, then ends every term in an
-// orderly way and releases every lease (returning nil), or until a
-// broker-path step-down (returning ErrStepDown after releasing every
-// lease).
+// orderly way and releases every lease (returning nil, or an error
+// wrapping ErrReleaseFailed when a release failed), or until a broker-path
+// step-down (returning ErrStepDown after releasing every lease).
 func (sv *Supervisor) Run(ctx context.Context) error {
 	mctx, mcancel := context.WithCancel(context.Background())
 	defer mcancel()
 	fctx, fcancel := context.WithCancel(mctx)
 	defer fcancel()
 	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); sv.health.run(mctx) }()
 	if sv.fleet != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); sv.fleet.run(fctx) }()
@@ -160,20 +195,23 @@ func (sv *Supervisor) Run(ctx context.Context) error {
 		// One goroutine per session while it stands by: the manager's;
 		// lease events are handled on it (session.handle).
 		wg.Add(1)
+		sv.managers.Add(1)
 		go func() {
 			defer wg.Done()
-			s.runLease(mctx)
-			s.stopped()
+			s.run(mctx)
+			sv.managers.Add(-1)
 		}()
 	}
 	var result error
 	select {
 	case <-ctx.Done():
 		fcancel()
+		sv.stopping.Store(true)
 		sv.o.Logger.Info("shutting down: releasing every lease")
-		sv.releaseAll(nil)
+		result = sv.releaseAll(nil, time.Now())
 	case req := <-sv.stepDown:
 		fcancel()
+		sv.stopping.Store(true)
 		sv.runStepDown(req)
 		result = ErrStepDown
 	}
@@ -188,7 +226,10 @@ func (sv *Supervisor) Run(ctx context.Context) error {
 // requestStepDown asks Run to step the process down; only the first
 // request counts.
 func (sv *Supervisor) requestStepDown(s *session, st transports.State) {
-	sv.once.Do(func() { sv.stepDown <- stepDownRequest{s: s, state: st} })
+	sv.once.Do(func() {
+		sv.stopping.Store(true)
+		sv.stepDown <- stepDownRequest{s: s, state: st}
+	})
 }
 
 // runStepDown is the broker-path step-down of DESIGN.md: bounded source
@@ -206,22 +247,31 @@ func (sv *Supervisor) runStepDown(req stepDownRequest) {
 	}
 	cancel()
 	ctx, cancel = context.WithTimeout(context.Background(), stage)
-	if err := s.closeManager().Release(ctx); err != nil {
+	released := "every lease released"
+	if err := s.manager().ReleaseWith(ctx, &lease.Release{Cause: CauseBrokerPath, AtUnixNS: req.state.Since.UnixNano()}); err != nil {
 		// The standby then waits out lease_ttl: the owner-death path.
 		log.Error("lease release failed; standbys take over after lease_ttl", "bound", stage.String(), "err", err)
+		released = "lease releases failed"
 	}
 	cancel()
 	log.Info("settlement grace", "step_down_grace", grace.String())
 	time.Sleep(grace)
-	sv.releaseAll(s)
-	sv.o.Logger.Error("stepped down: every lease released; exiting for a restart as standby",
+	// Each failure is logged; the exit status stays ExitStepDown, since a
+	// restart as standby is what the process needs either way.
+	if sv.releaseAll(s, time.Now()) != nil {
+		released = "lease releases failed"
+	}
+	sv.o.Logger.Error("stepped down: "+released+"; exiting for a restart as standby",
 		"exit_status", ExitStepDown, "session", s.name, "broker_err", req.state.Err)
 }
 
 // releaseAll ends every term in an orderly way and releases every lease
-// except skip's, concurrently, each within its own bound.
-func (sv *Supervisor) releaseAll(skip *session) {
+// except skip's, concurrently, each within its own bound; the released rows
+// say "handover" since at. It logs every release that failed and returns
+// ErrReleaseFailed naming how many.
+func (sv *Supervisor) releaseAll(skip *session, at time.Time) error {
 	var wg sync.WaitGroup
+	var failed atomic.Int32
 	for _, s := range sv.sessions {
 		if s == skip {
 			continue
@@ -236,16 +286,22 @@ func (sv *Supervisor) releaseAll(skip *session) {
 			}
 			cancel()
 			ctx, cancel = context.WithTimeout(context.Background(), 2*t.RenewCallTimeout)
-			if err := s.closeManager().Release(ctx); err != nil && !errors.Is(err, lease.ErrStopped) {
-				s.log.Error("release", "err", err)
+			if err := s.manager().ReleaseWith(ctx, &lease.Release{Cause: CauseHandover, AtUnixNS: at.UnixNano()}); err != nil && !errors.Is(err, lease.ErrStopped) {
+				failed.Add(1)
+				s.log.Error("lease release failed; standbys take over after lease_ttl",
+					"lease_ttl", admission.FormatSeconds(t.LeaseTTL), "err", scrub(err.Error(), sv.o.StoreEndpoints))
 			}
 			cancel()
 		}()
 	}
 	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		return fmt.Errorf("%w: %d of %d sessions", ErrReleaseFailed, n, len(sv.sessions))
+	}
+	return nil
 }
 
-// SessionStatus is one session's state for /readyz and logs.
+// SessionStatus is one session's state for /sessions, /readyz and logs.
 type SessionStatus struct {
 	Session string `json:"session"`
 	State   string `json:"state"`
@@ -262,6 +318,9 @@ type SessionStatus struct {
 	// TimingMismatch is set while the row's owner runs a lease timing
 	// other than this node's.
 	TimingMismatch *TimingMismatch `json:"timing_mismatch,omitempty"`
+	// Devices are the session's devices as this owner last reached them;
+	// absent on a standby, which does not know.
+	Devices []DeviceStatus `json:"devices,omitempty"`
 }
 
 // Status reports every session, in name order.
@@ -269,22 +328,40 @@ func (sv *Supervisor) Status() []SessionStatus {
 	out := make([]SessionStatus, 0, len(sv.sessions))
 	for _, s := range sv.sessions {
 		s.mu.Lock()
-		last, mismatch := s.lastFull, s.timing.current
+		last, mismatch, h := s.lastFull, s.timing.current, s.health
 		s.mu.Unlock()
 		conflict, _ := s.conflict.Load().(string)
-		out = append(out, SessionStatus{Session: s.name, State: s.State(), Owner: s.owned.Load(),
+		st := SessionStatus{Session: s.name, State: s.State(), Owner: s.owned.Load(),
 			ServiceLevelFull: s.full.Load(), FailureToFullNS: int64(last), OwnerDeathBudgetNS: int64(s.report.OwnerDeath.Total),
-			EndpointConflict: conflict, TimingMismatch: mismatch})
+			EndpointConflict: conflict, TimingMismatch: mismatch}
+		if h != nil {
+			st.Devices = h.status()
+		}
+		out = append(out, st)
 	}
 	return out
 }
 
-// Ready reports whether every owned session is at ServiceLevelFull.
-func (sv *Supervisor) Ready() bool {
-	for _, s := range sv.sessions {
-		if s.owned.Load() && !s.full.Load() {
-			return false
-		}
+// Ready reports whether this process can do its job: the lease store
+// answers, every lease manager runs and the process is neither shutting
+// down nor stepping down. Whether a device is up or a session is at
+// ServiceLevelFull is not part of it: that is Status.
+func (sv *Supervisor) Ready() bool { return len(sv.NotReady()) == 0 }
+
+// NotReady lists why the process is not ready; empty when it is.
+func (sv *Supervisor) NotReady() []string {
+	var why []string
+	if !sv.health.up.Load() {
+		why = append(why, "lease store unreachable")
 	}
-	return true
+	if n := int(sv.managers.Load()); n < len(sv.sessions) {
+		why = append(why, fmt.Sprintf("%d of %d lease managers running", n, len(sv.sessions)))
+	}
+	if sv.stopping.Load() {
+		why = append(why, "shutting down or stepping down")
+	}
+	return why
 }
+
+// StoreUp reports whether the lease store answered the last probe.
+func (sv *Supervisor) StoreUp() bool { return sv.health.up.Load() }

@@ -24,6 +24,7 @@ var ErrActivation = errors.New("failover: activation failed")
 type opened struct {
 	t      transports.Transport
 	isMQTT bool
+	name   string // the device's or broker's configuration name
 }
 
 // term is one ownership of a session: the transports it opened and the
@@ -38,6 +39,11 @@ type term struct {
 	bridges []*mqtt.Bridge
 	writers []*writer
 	order   []opened
+	// h tracks the ownership's paths; nil in Preflight.
+	h *pathHealth
+	// unclaim gives up the term's endpoint claims (failover/claims.go);
+	// called once its transports have closed.
+	unclaim func()
 
 	// pending holds the poll routes that have not yet published a first
 	// good value; ServiceLevelFull is reached when it is empty after
@@ -94,7 +100,7 @@ func (s *session) build(epoch uint64, owner string) (*term, error) {
 			return nil, &entryError{path: "devices." + name, what: fmt.Sprintf("session %s: device %s", s.name, name), err: err}
 		}
 		t.devices[name] = tr
-		t.order = append(t.order, opened{t: tr})
+		t.order = append(t.order, opened{t: tr, name: name})
 	}
 	for _, name := range append(remotes, locals...) {
 		c, err := broker(name)
@@ -102,7 +108,7 @@ func (s *session) build(epoch uint64, owner string) (*term, error) {
 			return nil, &entryError{path: "brokers." + name, what: fmt.Sprintf("session %s: broker %s", s.name, name), err: err}
 		}
 		if !slices.ContainsFunc(t.order, func(o opened) bool { return o.t == c }) {
-			t.order = append(t.order, opened{t: c, isMQTT: true})
+			t.order = append(t.order, opened{t: c, isMQTT: true, name: name})
 		}
 	}
 	for _, r := range s.routes {
@@ -110,9 +116,10 @@ func (s *session) build(epoch uint64, owner string) (*term, error) {
 		case routes.RoutePoll:
 			t.pending[r.Name] = true
 		case routes.RouteWrite:
-			w := &writer{t: t, route: r, dev: t.devices[r.Device], local: t.brokers[r.Broker], queue: make(chan mqtt.Message, 64)}
+			w := newWriter(t, r)
 			t.writers = append(t.writers, w)
-			if err := t.brokers[r.Broker].Subscribe(mqtt.Subscription{Filter: r.RequestTopic, QoS: byte(r.QoS), Handler: w.enqueue}); err != nil {
+			// Acknowledged only once answered (docs/writes.md).
+			if err := t.brokers[r.Broker].Subscribe(mqtt.Subscription{Filter: r.RequestTopic, QoS: byte(r.QoS), ManualAck: true, Handler: w.enqueue}); err != nil {
 				return nil, s.routeError(r, err)
 			}
 		case routes.RouteBridge:
@@ -120,6 +127,7 @@ func (s *session) build(epoch uint64, owner string) (*term, error) {
 			if err != nil {
 				return nil, s.routeError(r, err)
 			}
+			b.RefuseRetainedInto(commandFilters(cfg, r.Broker), commandFilters(cfg, r.Remote))
 			t.bridges = append(t.bridges, b)
 		}
 	}
@@ -148,8 +156,8 @@ func (s *session) routeError(r *routes.Route, err error) error {
 // (by admit and by run), not at the first activation, where a term would
 // retry it while holding the lease. With needFiles false, a file a
 // transport reads as it is built (a CA, certificate, key or password file)
-// may be missing: admit runs in CI, away from the deployment's files, and
-// run checks them.
+// or a password_env variable may be missing: admit runs in CI, away from
+// the deployment's files and environment, and run checks them.
 func Preflight(cfg *routes.Config, needFiles bool) routes.Errors {
 	sv := &Supervisor{o: Options{Config: cfg}}
 	byName := routesBySession(cfg)
@@ -185,30 +193,20 @@ func Preflight(cfg *routes.Config, needFiles bool) routes.Errors {
 	return errs
 }
 
-// missingFile reports an error from reading a file.
+// missingFile reports an error from reading a file, or a password_env
+// variable that is not set: inputs the deployment provides.
 func missingFile(err error) bool {
 	var pe *fs.PathError
-	return errors.As(err, &pe)
+	return errors.As(err, &pe) || errors.Is(err, routes.ErrPasswordEnvUnset)
 }
 
 // cleanSession decides whether the session's MQTT session on a broker is
-// discarded at every connect. A broker that carries write requests and no
-// bridge traffic starts clean: a command queued while no owner was
-// connected is stale by the time the next owner arrives, and replaying
-// it could drive the device. Bridge traffic keeps the persistent session
-// so QoS 1 and 2 messages survive a failover.
-func (s *session) cleanSession(broker string) bool {
-	writes := false
-	for _, r := range s.routes {
-		switch {
-		case r.Kind == routes.RouteBridge && (r.Broker == broker || r.Remote == broker):
-			return false
-		case r.Kind == routes.RouteWrite && r.Broker == broker:
-			writes = true
-		}
-	}
-	return writes
-}
+// discarded at every connect: never. Bridge traffic and write requests
+// published while no owner is connected wait on the broker for the next
+// owner (same client id); a write request is judged by its age when it
+// arrives (docs/writes.md), so a queued command is executed only while
+// fresh.
+func (s *session) cleanSession(string) bool { return false }
 
 // openBounded opens tr under ctx and gives up at its activation bound even
 // if the transport overruns it, closing whatever it left behind.
@@ -244,11 +242,19 @@ func closeBounded(tr transports.Transport) error {
 	}
 }
 
-// open activates every transport in order; on failure it closes what was
-// opened.
+// open activates every transport in order, telling the ownership's path
+// tracker which path is opening and how it went; on failure it closes what
+// was opened.
 func (t *term) open(ctx context.Context) error {
 	for i, o := range t.order {
-		if err := openBounded(ctx, o.t); err != nil {
+		kind := pathDevice
+		if o.isMQTT {
+			kind = pathBroker
+		}
+		t.h.beginOpen(kind, o.name)
+		err := openBounded(ctx, o.t)
+		t.h.endOpen(kind, o.name, err, time.Now())
+		if err != nil {
 			t.s.sup.o.Metrics.TransportErrors.WithLabelValues(t.s.name, o.t.Name(), "open").Inc()
 			t.closeFirst(i)
 			return err
@@ -286,6 +292,16 @@ func (t *term) markPublished(route string) {
 	delete(t.pending, route)
 	t.mu.Unlock()
 	t.checkFull()
+}
+
+// isFull reports whether the term has reached ServiceLevelFull once.
+func (t *term) isFull() bool {
+	select {
+	case <-t.fullCh:
+		return true
+	default:
+		return false
+	}
 }
 
 func (t *term) checkFull() {

@@ -2,8 +2,6 @@ package failover
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -141,14 +139,17 @@ func (p *poller) once(ctx context.Context) {
 		return
 	}
 	p.report("poll", err)
+	p.t.h.device(p.route.Device, err, time.Now())
 	if err != nil {
 		s.sup.o.Metrics.TransportErrors.WithLabelValues(s.name, p.dev.Name(), "poll").Inc()
-		return
+		// The device is gone: every tag of the group is published as bad
+		// on every failed poll (docs/mqtt.md), so consumers see the outage.
+		vals = p.badValues(vals, err)
 	}
 	good := false
 	var pubErr error
 	for _, v := range vals {
-		if !p.changed(v) {
+		if !p.changed(v) && err == nil {
 			if v.Quality == transports.Good {
 				good = true
 			}
@@ -173,6 +174,23 @@ func (p *poller) once(ctx context.Context) {
 	}
 }
 
+// badValues is every tag of the group with bad quality and the poll's
+// error, keeping a value the transport returned bad itself.
+func (p *poller) badValues(vals []transports.Value, err error) []transports.Value {
+	now := time.Now()
+	out := make([]transports.Value, 0, len(p.group.Tags))
+	for _, tag := range p.group.Tags {
+		v := transports.Value{Tag: tag.Name, Quality: transports.Bad, Err: err, Timestamp: now}
+		for _, got := range vals {
+			if got.Tag == tag.Name && got.Quality == transports.Bad && got.Err != nil {
+				v = got
+			}
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
 // changed decides whether v is published: always with every_poll, and
 // with on_change when the quality changed or the value moved by more than
 // the tag's deadband (any change for non-numeric values). It records v.
@@ -188,109 +206,4 @@ func (p *poller) changed(v transports.Value) bool {
 		return math.Abs(a-b) > p.band[v.Tag] || (p.band[v.Tag] == 0 && a != b)
 	}
 	return fmt.Sprint(prev.Value) != fmt.Sprint(v.Value)
-}
-
-// Write reply codes, documented in docs/routes.md.
-const (
-	WriteOK         = 0 // written
-	WriteBadRequest = 1 // the request is not {"id", "tag", "value"} JSON
-	WriteUnknownTag = 2 // the device has no such tag
-	WriteDeviceErr  = 3 // the device refused or did not answer
-	WriteNotOwner   = 4 // this process no longer owns the session
-)
-
-// WriteRequest is the JSON a write route accepts on its request topic.
-type WriteRequest struct {
-	ID    string `json:"id"`
-	Tag   string `json:"tag"`
-	Value any    `json:"value"`
-}
-
-// WriteReply is the JSON a write route publishes on its reply topic.
-type WriteReply struct {
-	ID      string `json:"id"`
-	Tag     string `json:"tag,omitempty"`
-	Error   int    `json:"error"`
-	Message string `json:"message,omitempty"`
-	Epoch   uint64 `json:"epoch"`
-}
-
-// writer serves one write route.
-type writer struct {
-	t     *term
-	route *routes.Route
-	dev   transports.Transport
-	local *mqtt.Client
-	queue chan mqtt.Message
-}
-
-// enqueue runs on paho's delivery goroutine and must not block; a full
-// queue drops the request and the requester times out and retries.
-func (w *writer) enqueue(m mqtt.Message) {
-	select {
-	case w.queue <- m:
-	default:
-		w.t.s.log.Warn("write request dropped: queue full", "route", w.route.Name, "topic", m.Topic)
-	}
-}
-
-func (w *writer) run(ctx context.Context, valid func() bool) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case m := <-w.queue:
-			w.handle(ctx, m, valid)
-		}
-	}
-}
-
-func (w *writer) handle(ctx context.Context, m mqtt.Message, valid func() bool) {
-	s := w.t.s
-	var req WriteRequest
-	rep := WriteReply{Epoch: w.t.epoch}
-	dec := json.NewDecoder(strings.NewReader(string(m.Payload)))
-	dec.UseNumber()
-	switch err := dec.Decode(&req); {
-	case err != nil || req.Tag == "" || req.Value == nil:
-		rep.ID, rep.Error = req.ID, WriteBadRequest
-		rep.Message = fmt.Sprintf("want {\"id\": ..., \"tag\": ..., \"value\": ...}: %v", err)
-	case !valid():
-		rep.ID, rep.Tag, rep.Error, rep.Message = req.ID, req.Tag, WriteNotOwner, "not the owner of session "+s.name
-	default:
-		rep.ID, rep.Tag = req.ID, req.Tag
-		wr, ok := w.dev.(transports.Writer)
-		if !ok {
-			rep.Error, rep.Message = WriteDeviceErr, w.dev.Name()+" does not support writes"
-			break
-		}
-		if n, ok := req.Value.(json.Number); ok {
-			if i, err := n.Int64(); err == nil {
-				req.Value = i
-			} else if f, err := n.Float64(); err == nil {
-				req.Value = f
-			}
-		}
-		if err := wr.Write(ctx, req.Tag, req.Value); err != nil {
-			rep.Error, rep.Message = WriteDeviceErr, err.Error()
-			if isUnknownTag(err) {
-				rep.Error = WriteUnknownTag
-			}
-			s.sup.o.Metrics.TransportErrors.WithLabelValues(s.name, w.dev.Name(), "write").Inc()
-		}
-	}
-	b, _ := json.Marshal(rep)
-	if err := w.local.Publish(ctx, w.route.ReplyTopic, byte(w.route.QoS), false, b); err != nil && ctx.Err() == nil {
-		s.log.Warn("write reply", "route", w.route.Name, "id", rep.ID, "err", err)
-	}
-}
-
-// isUnknownTag recognises the transports' unknown-tag errors by message, so
-// failover needs no import of every device package.
-func isUnknownTag(err error) bool {
-	var target interface{ UnknownTag() bool }
-	if errors.As(err, &target) {
-		return target.UnknownTag()
-	}
-	return strings.Contains(err.Error(), "unknown tag")
 }

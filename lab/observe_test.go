@@ -116,6 +116,23 @@ func (w *valueWatch) highest() uint64 {
 	return w.maxEpoch
 }
 
+// epochsAbove lists the epochs above e of the values that arrived in
+// [from, to], ascending.
+func (w *valueWatch) epochsAbove(e uint64, from, to time.Time) []uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	seen := map[uint64]bool{}
+	var out []uint64
+	for _, a := range w.all {
+		if a.Epoch > e && !seen[a.Epoch] && !a.At.Before(from) && !a.At.After(to) {
+			seen[a.Epoch] = true
+			out = append(out, a.Epoch)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
 // staleBetween counts values that arrived in [from, to] with an epoch
 // below one already seen: what a consumer filtering on epoch drops.
 func (w *valueWatch) staleBetween(from, to time.Time) int {
@@ -256,23 +273,6 @@ func (r *plcRecorder) conn(id int) (connTrack, bool) {
 	cp := *c
 	cp.Ups = append([]upEvent(nil), c.Ups...)
 	return cp, true
-}
-
-// serving returns the open connection that sent upstream bytes last: the
-// owner's.
-func (r *plcRecorder) serving() (connTrack, bool) {
-	r.mu.Lock()
-	var best *connTrack
-	for _, c := range r.conns {
-		if c.CloseAt.IsZero() && len(c.Ups) > 0 && (best == nil || c.lastUp().After(best.lastUp())) {
-			best = c
-		}
-	}
-	r.mu.Unlock()
-	if best == nil {
-		return connTrack{}, false
-	}
-	return r.conn(best.ID)
 }
 
 // waitClosed waits until connection id is closed.

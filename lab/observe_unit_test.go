@@ -113,6 +113,9 @@ func TestValueWatchEpochsGapsAndStaleValues(t *testing.T) {
 	if err != nil || a.Epoch != 4 {
 		t.Fatalf("waitAbove(3) = %+v, %v", a, err)
 	}
+	if es := w.epochsAbove(2, time.Now().Add(-time.Minute), time.Now()); len(es) != 2 || es[0] != 3 || es[1] != 4 {
+		t.Fatalf("epochsAbove(2) = %v, want [3 4]", es)
+	}
 	if _, err := w.waitAbove(ctx, 4); err == nil {
 		t.Fatal("waitAbove(4) found a value that was never published")
 	}

@@ -1,11 +1,12 @@
 package lab
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -25,9 +26,10 @@ import (
 )
 
 // bridge is one `leasebridge run` process slot: its configuration, its
-// own mosquitto and the fault proxy on its broker path. A slot is
-// restarted (a new process, a new lease identity) after a trial ended it,
-// the way systemd or Kubernetes would.
+// own mosquitto, the fault proxy on its broker path and one fault proxy
+// per etcd member on its store path. A slot is restarted (a new process, a
+// new lease identity) after a trial ended it, the way systemd or
+// Kubernetes would.
 type bridge struct {
 	name    string
 	http    string
@@ -35,7 +37,13 @@ type bridge struct {
 	logPath string
 	broker  *testmqtt.Mosquitto
 	proxy   *faultproxy.Proxy
-	report  admission.Report
+	store   storePath
+	spec    testbin.Bridge
+
+	// report and inputs are admission's for the configuration the next
+	// process starts with (lease_ttl changes in the rolling trials).
+	report admission.Report
+	inputs admission.Inputs
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -44,26 +52,21 @@ type bridge struct {
 	exitAt time.Time
 	frozen bool
 	starts int
+
+	logMu  sync.Mutex
+	logOff int64     // bytes of the log file parsed so far
+	lines  []logLine // every JSON line with a msg, in order
 }
 
-func newBridge(t *testing.T, dir, name, etcdEndpoints, plcAddr string, broker *testmqtt.Mosquitto, proxy *faultproxy.Proxy) *bridge {
+func newBridge(t *testing.T, dir, name string, store storePath, plcAddr string, broker *testmqtt.Mosquitto, proxy *faultproxy.Proxy) *bridge {
 	t.Helper()
 	b := &bridge{name: name, http: testbin.FreeAddr(t), cfgPath: filepath.Join(dir, name+".yaml"), logPath: filepath.Join(dir, name+".log"),
-		broker: broker, proxy: proxy}
-	y := testbin.Config(testbin.Bridge{Etcd: etcdEndpoints, Broker: "tcp://" + proxy.Addr(), PLC: plcAddr, Node: name, HTTP: b.http,
-		KeyPrefix: "/lab/", Topic: "lab/{device}/{tag}"})
-	if err := os.WriteFile(b.cfgPath, []byte(y), 0o600); err != nil {
+		broker: broker, proxy: proxy, store: store}
+	b.spec = testbin.Bridge{Etcd: store.endpoints(), Broker: "tcp://" + proxy.Addr(), PLC: plcAddr, Node: name, HTTP: b.http,
+		KeyPrefix: "/lab/", Topic: "lab/{device}/{tag}"}
+	if err := b.configure(0); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := routes.Parse(b.cfgPath, []byte(y))
-	if err != nil {
-		t.Fatal(err)
-	}
-	reps := cfg.Admit()
-	if len(reps) != 1 || !reps[0].Admitted() {
-		t.Fatalf("lab configuration not admitted: %+v", reps)
-	}
-	b.report = reps[0]
 	t.Cleanup(func() {
 		b.mu.Lock()
 		cmd, done := b.cmd, b.done
@@ -77,6 +80,42 @@ func newBridge(t *testing.T, dir, name, etcdEndpoints, plcAddr string, broker *t
 	})
 	return b
 }
+
+// baseTTL is the lease_ttl of testbin.Config, which every slot runs
+// with except during a rolling change.
+const baseTTL = "lease_ttl: 2s"
+
+// configure writes the slot's configuration for the next process: the
+// shared one, with lease_ttl replaced unless leaseTTL is 0, and admits it.
+func (b *bridge) configure(leaseTTL time.Duration) error {
+	y := testbin.Config(b.spec)
+	if leaseTTL > 0 {
+		if strings.Count(y, baseTTL) != 1 {
+			return fmt.Errorf("%s: the shared configuration has no single %q to change", b.name, baseTTL)
+		}
+		y = strings.Replace(y, baseTTL, "lease_ttl: "+leaseTTL.String(), 1)
+	}
+	if err := os.WriteFile(b.cfgPath, []byte(y), 0o600); err != nil {
+		return err
+	}
+	cfg, err := routes.Parse(b.cfgPath, []byte(y))
+	if err != nil {
+		return err
+	}
+	sessions := cfg.Sessions()
+	reps := routes.AdmitSessions(sessions)
+	if len(reps) != 1 || !reps[0].Admitted() {
+		return fmt.Errorf("%s: lab configuration not admitted: %+v", b.name, reps)
+	}
+	if leaseTTL > 0 && reps[0].Timing.LeaseTTL != leaseTTL {
+		return fmt.Errorf("%s: admitted lease_ttl %s, want %s", b.name, reps[0].Timing.LeaseTTL, leaseTTL)
+	}
+	b.report, b.inputs = reps[0], sessions[0].Inputs
+	return nil
+}
+
+// ttl is the lease_ttl of the slot's current configuration.
+func (b *bridge) ttl() time.Duration { return b.report.Timing.LeaseTTL }
 
 // start runs a new process in the slot; its log is appended to the slot's
 // log file.
@@ -207,31 +246,50 @@ type logLine struct {
 	Cause string    `json:"cause"`
 }
 
-// logEvents returns the slot's log lines with message msg, in order.
+// logEvents returns the slot's log lines with message msg, in order. It
+// reads only what was appended since its last call.
 func (b *bridge) logEvents(msg string) []logLine {
-	f, err := os.Open(b.logPath)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
+	b.logMu.Lock()
+	defer b.logMu.Unlock()
+	b.readLogLocked()
 	var out []logLine
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		line := sc.Bytes()
-		if !strings.Contains(string(line), `"msg":"`+msg+`"`) {
-			continue
-		}
-		var l logLine
-		if json.Unmarshal(line, &l) == nil {
+	for _, l := range b.lines {
+		if l.Msg == msg {
 			out = append(out, l)
 		}
 	}
 	return out
 }
 
+// readLogLocked parses the complete lines appended to the log file since
+// the last read.
+func (b *bridge) readLogLocked() {
+	f, err := os.Open(b.logPath)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.NewSectionReader(f, b.logOff, 1<<40))
+	if err != nil {
+		return
+	}
+	end := bytes.LastIndexByte(data, '\n')
+	if end < 0 {
+		return
+	}
+	b.logOff += int64(end + 1)
+	for _, line := range bytes.Split(data[:end], []byte("\n")) {
+		var l logLine
+		if bytes.Contains(line, []byte(`"msg":"`)) && json.Unmarshal(line, &l) == nil && l.Msg != "" {
+			b.lines = append(b.lines, l)
+		}
+	}
+}
+
 // activation is the term's activation as its owner logged it: from
-// "became owner" to "ServiceLevelFull" at epoch.
+// "became owner" to "ServiceLevelFull" at epoch. A process writes its log
+// after it acts, so a caller that knows the term began waits for the
+// lines (waitLogged) rather than reading once.
 func (b *bridge) activation(epoch uint64) (time.Duration, bool) {
 	var became, full time.Time
 	for _, l := range b.logEvents("became owner") {
@@ -249,6 +307,32 @@ func (b *bridge) activation(epoch uint64) (time.Duration, bool) {
 	}
 	return full.Sub(became), true
 }
+
+// logged reports whether the slot logged msg at epoch.
+func (b *bridge) logged(msg string, epoch uint64) bool {
+	for _, l := range b.logEvents(msg) {
+		if l.Epoch == epoch {
+			return true
+		}
+	}
+	return false
+}
+
+// poll evaluates cond every pollEvery until it holds or ctx ends; what
+// the lab reads from processes (logs, /readyz, the device) is written
+// asynchronously, so it waits for the condition instead of reading once.
+func poll(ctx context.Context, cond func() bool) error {
+	for !cond() {
+		if err := sleepCtx(ctx, pollEvery); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pollEvery is how often the lab re-reads a process's output while it
+// waits for a condition.
+const pollEvery = 20 * time.Millisecond
 
 // tail is the end of the slot's log, for failure messages.
 func (b *bridge) tail(n int) string {

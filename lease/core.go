@@ -91,6 +91,9 @@ type Event struct {
 	Observed time.Duration
 	// Err, for EventReleased, is the release call's error (nil: landed).
 	Err error
+	// Took, for EventBecameOwner, is the row taken over: zero when it
+	// never had an owner, with an empty owner when it was released.
+	Took Row
 	// Owner, set by Manager for EventBecameOwner, is the owner handle.
 	Owner *Owner
 	// Timing, for EventTimingMismatch and EventTimingMatch, compares this
@@ -171,6 +174,7 @@ type Core struct {
 	rowReported bool          // rowTiming was reported
 	mismatch    bool          // the last report was a mismatch
 	observed    time.Duration // Observed of the takeover CAS in flight
+	took        Row           // the row the takeover CAS in flight replaces
 	acqEpoch    uint64        // epoch the takeover CAS in flight writes
 	maxEpoch    uint64        // highest epoch seen in the row
 	nextAcquire time.Duration
@@ -467,6 +471,11 @@ func (c *Core) onAcquireRead(now time.Duration, r Result, s *Step) {
 	// The highest epoch seen, not just this row's: a row deleted by hand
 	// must not send the fencing token backwards.
 	c.acqEpoch = c.maxEpoch + 1
+	// Re-taking our own row (a lost response, a slow takeover) keeps the
+	// row the first takeover replaced: that is where the outage began.
+	if row.Owner != c.id.Owner || c.took == (Row{}) {
+		c.took = row
+	}
 	c.issue(now, pAcqCAS, Op{Kind: OpCAS, Expect: ver, Row: c.myRow(c.acqEpoch)}, s)
 }
 
@@ -509,7 +518,7 @@ func (c *Core) becomeOwner(now, sent time.Duration, ver int64, s *Step) {
 	c.streak, c.ambig = 0, false
 	c.nextRenew = now + c.renewDelay()
 	if !c.releaseWanted {
-		s.Events = append(s.Events, Event{Kind: EventBecameOwner, Epoch: c.epoch, At: now, Observed: c.observed})
+		s.Events = append(s.Events, Event{Kind: EventBecameOwner, Epoch: c.epoch, At: now, Observed: c.observed, Took: c.took})
 	}
 	// The row is ours now, and carries our timing.
 	if c.mismatch {

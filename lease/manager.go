@@ -53,6 +53,8 @@ type Manager struct {
 	core    *Core
 	release chan chan error
 	poke    chan struct{}
+	// note is written into the released row (ReleaseWith).
+	note    atomic.Pointer[Release]
 	done    chan struct{}
 	started atomic.Bool
 
@@ -144,6 +146,15 @@ func (m *Manager) Run(ctx context.Context) error {
 // it: a standby may take the row as soon as the release lands. It returns
 // the release call's error (nil if the manager owned nothing).
 func (m *Manager) Release(ctx context.Context) error {
+	return m.ReleaseWith(ctx, nil)
+}
+
+// ReleaseWith is Release writing why into the released row, for the
+// successor's FailureToFullDuration; why nil says nothing.
+func (m *Manager) ReleaseWith(ctx context.Context, why *Release) error {
+	if why != nil {
+		m.note.Store(why)
+	}
 	reply := make(chan error, 1)
 	select {
 	case m.release <- reply:
@@ -232,7 +243,9 @@ func (m *Manager) call(ctx context.Context, op Op) Result {
 	case OpCAS:
 		r.Version, r.Err = st.CompareAndSwap(cctx, op.Key, op.Expect, op.Row)
 	case OpRelease:
-		r.Err = st.Release(cctx, op.Key, op.Expect, op.Row.Epoch)
+		row := op.Row
+		row.Release = m.note.Load()
+		r.Err = st.Release(cctx, op.Key, op.Expect, row)
 	}
 	return r
 }

@@ -134,7 +134,8 @@ func (m *MemStore) CompareAndSwap(ctx context.Context, key string, expect int64,
 }
 
 // Release implements Store.
-func (m *MemStore) Release(ctx context.Context, key string, expect int64, epoch uint64) error {
-	_, err := m.CompareAndSwap(ctx, key, expect, Row{Epoch: epoch})
+func (m *MemStore) Release(ctx context.Context, key string, expect int64, row Row) error {
+	row.Owner, row.Node = "", ""
+	_, err := m.CompareAndSwap(ctx, key, expect, row)
 	return err
 }

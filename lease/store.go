@@ -36,6 +36,10 @@ type Row struct {
 	// stamped by the store; for the age `leasebridge status` prints only:
 	// the protocol never reads it (takeover is judged by observation).
 	RenewedAt int64 `json:"renewed_at_unix_ns,omitempty"`
+	// Release, in a released row, says why and since when its last owner
+	// gave it up, so the successor can measure the whole outage; nil when
+	// the owner said nothing (or the row is owned).
+	Release *Release `json:"release,omitempty"`
 }
 
 // RowTiming is the cadence an owner writes into its row, in integer
@@ -47,6 +51,16 @@ type RowTiming struct {
 	RenewCallTimeout    time.Duration `json:"renew_call_timeout_ns"`
 	AcquirePollInterval time.Duration `json:"acquire_poll_interval_ns"`
 	FenceAfter          time.Duration `json:"fence_after_ns"`
+}
+
+// Release is why an owner gave its row up.
+type Release struct {
+	// Cause is broker_path, device_path or handover.
+	Cause string `json:"cause"`
+	// AtUnixNS is the wall-clock instant the outage began for the old
+	// owner: when its broker path or device was lost, or when its planned
+	// release started.
+	AtUnixNS int64 `json:"at_unix_ns"`
 }
 
 // Store is the lease store as the manager needs it. Versions are opaque,
@@ -68,9 +82,17 @@ type Store interface {
 	// that landed before it was issued, including writes whose responses
 	// were lost.
 	ReadAuthoritative(ctx context.Context, key string) (Row, int64, error)
-	// Release writes an empty owner, keeping epoch, if the key's version is
-	// still expect; ErrConflict as for CompareAndSwap.
-	Release(ctx context.Context, key string, expect int64, epoch uint64) error
+	// Release writes row, whose owner is empty and whose epoch is kept, if
+	// the key's version is still expect; ErrConflict as for CompareAndSwap.
+	Release(ctx context.Context, key string, expect int64, row Row) error
+}
+
+// Pinger is a Store that can tell whether it is reachable with one cheap
+// linearizable call, without reading any session's row.
+type Pinger interface {
+	// Ping returns nil when the store answered a linearizable request
+	// within ctx.
+	Ping(ctx context.Context) error
 }
 
 // Sentinel errors.

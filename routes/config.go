@@ -4,6 +4,7 @@
 package routes
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -21,10 +22,11 @@ type Config struct {
 	// Node names this bridge; the owner identity is Node plus a suffix new
 	// at every process start. Defaults to the host name at run time.
 	Node string `yaml:"node"`
-	// DataDir holds the embedded lease store of a standalone node and the
-	// persistent OPC UA client certificate.
+	// DataDir holds the embedded lease store of a standalone node (in
+	// data_dir/etcd, locked by data_dir/etcd.lock; docs/operations.md gives
+	// the disk it needs) and the persistent OPC UA client certificate.
 	DataDir string `yaml:"data_dir"`
-	// HTTPListen is the address of /metrics, /healthz and /readyz.
+	// HTTPListen is the address of /metrics, /healthz, /readyz and /sessions.
 	HTTPListen string `yaml:"http_listen"`
 	// Spread, when true, makes this node ask for its fair share of the
 	// sessions (ceil(sessions / live nodes)) through planned handovers,
@@ -113,9 +115,19 @@ type Manager struct {
 	// BrokerHealthStepDown is off, or how long the broker path may stay not
 	// converged before the owner steps down; required with failover_slo.
 	BrokerHealthStepDown *BrokerHealth `yaml:"broker_health_step_down"`
-	// StartupAllowance is added to both budgets (process start, restarts).
+	// DevicePathStepDown is off (the default), or how long a session's
+	// device may stay unreachable, while the lease store is fine, before
+	// the owner releases that one session so a node that may reach the
+	// device takes it (docs/failover-budget.md).
+	DevicePathStepDown *BrokerHealth `yaml:"device_path_step_down"`
+	// DevicePathCooldown is how long a node that released a session for
+	// its device path does not compete for it. Default: the larger of
+	// device_path_step_down and a standby's pickup (2 poll boundaries + 2
+	// renew_call_timeout).
+	DevicePathCooldown *Duration `yaml:"device_path_cooldown"`
+	// StartupAllowance is added to every budget (process start, restarts).
 	StartupAllowance *Duration `yaml:"startup_allowance"`
-	// FailoverSLO is the declared objective both budgets must fit.
+	// FailoverSLO is the declared objective every budget must fit.
 	FailoverSLO *Duration `yaml:"failover_slo"`
 }
 
@@ -310,7 +322,8 @@ type Route struct {
 	Topic string `yaml:"topic"`
 	// Publish is on_change (default) or every_poll.
 	Publish string `yaml:"publish"`
-	// QoS of the route's publications and subscriptions: 0, 1 or 2.
+	// QoS of the route's publications and subscriptions: 0, 1 or 2 (a
+	// write route defaults to 1, so requests wait for the next owner).
 	QoS int `yaml:"qos"`
 	// Retain publishes each topic's last value as retained.
 	Retain bool `yaml:"retain"`
@@ -318,6 +331,13 @@ type Route struct {
 	RequestTopic string `yaml:"request_topic"`
 	// ReplyTopic is where a write route answers them.
 	ReplyTopic string `yaml:"reply_topic"`
+	// MaxAge is the oldest write request a write route executes, counted
+	// from the request's issued_at to the instant before the device write;
+	// an older one is refused as stale (docs/writes.md).
+	MaxAge Duration `yaml:"max_age"`
+	// ClockSkew is how far a write request's issued_at may lie in the
+	// future of this bridge's clock before it is refused (clock_skew).
+	ClockSkew Duration `yaml:"clock_skew"`
 	// Remote is the remote broker of a bridge route.
 	Remote string `yaml:"remote"`
 	// Topics are a bridge route's topic mappings.
@@ -353,8 +373,14 @@ type Duration time.Duration
 // D returns the value as a time.Duration.
 func (d Duration) D() time.Duration { return time.Duration(d) }
 
-// BrokerHealth is broker_health_step_down as written: off or a duration.
+// BrokerHealth is an off-or-duration value as written:
+// broker_health_step_down and device_path_step_down.
 type BrokerHealth admission.BrokerHealth
+
+// ErrPasswordEnvUnset reports a password_env naming a variable that is not
+// set. Like a password_file that is missing, it is the deployment's to
+// provide: admit, a dry run away from it, accepts both; run refuses them.
+var ErrPasswordEnvUnset = errors.New("routes: password_env names a variable that is not set")
 
 // Password reads the password from password_file (trailing newline
 // dropped) or password_env; empty when neither is set. It is read when a
@@ -370,7 +396,7 @@ func (c Credentials) Password() (string, error) {
 	case c.PasswordEnv != "":
 		v, ok := os.LookupEnv(c.PasswordEnv)
 		if !ok {
-			return "", fmt.Errorf("routes: password_env %s is not set", c.PasswordEnv)
+			return "", fmt.Errorf("%w: %s", ErrPasswordEnvUnset, c.PasswordEnv)
 		}
 		return v, nil
 	}

@@ -86,8 +86,9 @@ func Parse(file string, data []byte) (*Config, error) {
 		return nil, d.errs
 	}
 	d.decode(root, reflect.ValueOf(cfg).Elem(), "")
-	cfg.applyDefaults()
+	// Defaults need the positions: an explicitly written zero is kept.
 	cfg.positions = d.lines
+	cfg.applyDefaults()
 	// Validation runs even when decoding failed, so one run reports every
 	// problem; a rule broken only because its key failed to decode is
 	// left out, the decode error already names it.
@@ -370,7 +371,7 @@ func (d *decoder) brokerHealth(n *yaml.Node, v reflect.Value, path string) {
 		return
 	}
 	if dur == 0 {
-		d.errorf(n, path, "want off or a positive duration, got %q (write off to disable broker-path failover)", s)
+		d.errorf(n, path, "want off or a positive duration, got %q (write off to disable it)", s)
 		return
 	}
 	v.Set(reflect.ValueOf(BrokerHealth{Mode: admission.BrokerHealthOn, Threshold: dur}))

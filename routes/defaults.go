@@ -44,6 +44,17 @@ const (
 	DefaultDataBits             = 8
 	DefaultParity               = "E"
 	DefaultStopBits             = 1
+
+	// DefaultWriteQoS is a write route's qos: at QoS 1 a request published
+	// while no owner is connected waits in the session's persistent
+	// broker session for the next owner.
+	DefaultWriteQoS = 1
+	// DefaultWriteMaxAge is a write route's max_age: a command older than
+	// this is refused, never executed.
+	DefaultWriteMaxAge = 10 * time.Second
+	// DefaultWriteClockSkew is a write route's clock_skew: how far in the
+	// future an issued_at may lie.
+	DefaultWriteClockSkew = 1 * time.Second
 )
 
 func setDur(d *Duration, def time.Duration) {
@@ -135,7 +146,7 @@ func (c *Config) applyDefaults() {
 			}
 		}
 	}
-	for _, r := range c.Routes {
+	for i, r := range c.Routes {
 		if r == nil {
 			continue
 		}
@@ -143,6 +154,17 @@ func (c *Config) applyDefaults() {
 		case RoutePoll:
 			setStr(&r.Publish, DefaultPublish)
 			setStr(&r.Topic, DefaultTopic)
+		case RouteWrite:
+			// An explicit 0 is kept (positions says what was written).
+			if !c.written(fmt.Sprintf("routes[%d].qos", i)) {
+				setInt(&r.QoS, DefaultWriteQoS)
+			}
+			if !c.written(fmt.Sprintf("routes[%d].max_age", i)) {
+				setDur(&r.MaxAge, DefaultWriteMaxAge)
+			}
+			if !c.written(fmt.Sprintf("routes[%d].clock_skew", i)) {
+				setDur(&r.ClockSkew, DefaultWriteClockSkew)
+			}
 		case RouteBridge:
 			for _, m := range r.Topics {
 				if m != nil {
@@ -151,6 +173,12 @@ func (c *Config) applyDefaults() {
 			}
 		}
 	}
+}
+
+// written reports whether the configuration file set the key at path.
+func (c *Config) written(path string) bool {
+	_, ok := c.positions[path]
+	return ok
 }
 
 // ActivationBound is the broker transport's aggregate activation bound,
@@ -213,6 +241,8 @@ func DefaultValues() map[string]string {
 		// These follow each device's name and data_dir.
 		"devices.*.cert_file": "<data_dir>/opcua/<device>-cert.pem (opcua)",
 		"devices.*.key_file":  "<data_dir>/opcua/<device>-key.pem (opcua)",
+		// Only a write route has a qos default other than 0.
+		"routes[*].qos": fmt.Sprintf("%d (write), 0 (poll, bridge)", DefaultWriteQoS),
 	}
 	for path, values := range raw {
 		if _, set := out[path]; set {

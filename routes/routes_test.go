@@ -307,3 +307,72 @@ func TestOneSessionCannotUseOneClientIDTwice(t *testing.T) {
 		t.Fatal(errs)
 	}
 }
+
+// A write route defaults to QoS 1, max_age and clock_skew; an explicit qos
+// 0 and clock_skew 0 stay; the keys belong to write routes only.
+func TestWriteRouteDefaults(t *testing.T) {
+	cfg, errs := parse(t, base+`routes:
+  - {name: w, session: s, kind: write, device: plc, broker: local, request_topic: q, reply_topic: a}
+  - {name: w0, session: s0, kind: write, device: plc, broker: local, request_topic: q0, reply_topic: a0, qos: 0, clock_skew: 0s, max_age: 3s}
+  - {name: p, session: s, kind: poll, device: plc, broker: local}
+`)
+	if errs != nil {
+		t.Fatal(errs)
+	}
+	w, w0, p := cfg.Routes[0], cfg.Routes[1], cfg.Routes[2]
+	if w.QoS != routes.DefaultWriteQoS || w.MaxAge.D() != routes.DefaultWriteMaxAge || w.ClockSkew.D() != routes.DefaultWriteClockSkew {
+		t.Errorf("write defaults: qos %d max_age %s clock_skew %s", w.QoS, w.MaxAge.D(), w.ClockSkew.D())
+	}
+	if w0.QoS != 0 || w0.ClockSkew != 0 || w0.MaxAge.D() != 3*time.Second {
+		t.Errorf("explicit values: qos %d clock_skew %s max_age %s", w0.QoS, w0.ClockSkew.D(), w0.MaxAge.D())
+	}
+	if p.QoS != 0 || p.MaxAge != 0 {
+		t.Errorf("poll route: qos %d max_age %s", p.QoS, p.MaxAge.D())
+	}
+	wantErrors(t, base+`routes:
+  - {name: p, session: s, kind: poll, device: plc, broker: local, max_age: 5s}
+  - {name: w, session: s, kind: write, device: plc, broker: local, request_topic: q, reply_topic: a, max_age: 0s}
+`,
+		`routes[0].max_age: max_age applies to write routes only`,
+		`routes[1].max_age: max_age 0s: want a duration above 0`,
+	)
+}
+
+// device_path_step_down is off or a positive duration, like
+// broker_health_step_down; a route may override the file's, and routes of
+// one session that disagree on it or on the cooldown are refused.
+func TestDevicePathSetting(t *testing.T) {
+	_, errs := parse(t, strings.Replace(base, "broker_health_step_down: 60s", "broker_health_step_down: 60s\n  device_path_step_down: 0s", 1)+
+		"routes:\n  - {name: a, session: s, kind: poll, device: plc, broker: local}\n")
+	if len(errs) != 1 || !strings.Contains(errs.Error(), `cfg.yaml:7:26: manager.device_path_step_down: want off or a positive duration, got "0s"`) {
+		t.Errorf("device_path_step_down: 0s: %v", errs)
+	}
+	// One device per session: a device is exclusive to one session.
+	extra := ""
+	for _, n := range []string{"2", "3"} {
+		extra += "  plc" + n + ":\n    kind: modbus_tcp\n    address: 127.0.0." + n + ":502\n    groups:\n      - name: g\n        tags:\n          - {name: t1, register: holding, address: 1, type: int16}\n"
+	}
+	cfg, errs := parse(t, strings.Replace(base, "broker_health_step_down: 60s", "broker_health_step_down: 60s\n  device_path_step_down: 30s", 1)+extra+`routes:
+  - {name: a, session: s, kind: poll, device: plc, broker: local}
+  - {name: b, session: quiet, kind: poll, device: plc2, broker: local, manager: {device_path_step_down: off}}
+  - {name: c, session: x, kind: poll, device: plc3, broker: local, manager: {device_path_cooldown: 45s}}
+  - {name: d, session: x, kind: poll, device: plc3, broker: local}
+`)
+	if errs != nil {
+		t.Fatal(errs)
+	}
+	reps := cfg.Admit()
+	byName := map[string]admission.Report{}
+	for _, r := range reps {
+		byName[r.Session] = r
+	}
+	if r := byName["s"]; !r.Admitted() || r.DevicePath == nil || r.DevicePathFailover != "on" || r.DevicePathCooldown != 30*time.Second {
+		t.Errorf("inherited device_path_step_down 30s: %+v", r)
+	}
+	if r := byName["quiet"]; !r.Admitted() || r.DevicePath != nil || r.DevicePathFailover != "off" {
+		t.Errorf("route device_path_step_down off: %+v", r)
+	}
+	if r := byName["x"]; r.Admitted() || !strings.Contains(strings.Join(r.Refusals, "\n"), "routes disagree on device_path_cooldown") {
+		t.Errorf("routes disagreeing on device_path_cooldown: %v", r.Refusals)
+	}
+}

@@ -63,6 +63,8 @@ func (c *Config) effective(r *Route) Manager {
 		MaxRenewFails:        pick(m.MaxRenewFails, f.MaxRenewFails),
 		StepDownGrace:        pick(m.StepDownGrace, f.StepDownGrace),
 		BrokerHealthStepDown: pick(m.BrokerHealthStepDown, f.BrokerHealthStepDown),
+		DevicePathStepDown:   pick(m.DevicePathStepDown, f.DevicePathStepDown),
+		DevicePathCooldown:   pick(m.DevicePathCooldown, f.DevicePathCooldown),
 		StartupAllowance:     pick(m.StartupAllowance, f.StartupAllowance),
 		FailoverSLO:          pick(m.FailoverSLO, f.FailoverSLO),
 	}
@@ -104,6 +106,10 @@ func (c *Config) routeInputs(i int, r *Route) routeInputs {
 	if m.BrokerHealthStepDown != nil {
 		in.BrokerHealth = admission.BrokerHealth(*m.BrokerHealthStepDown)
 	}
+	if m.DevicePathStepDown != nil && m.DevicePathStepDown.Mode == admission.BrokerHealthOn {
+		in.DevicePath.Threshold = m.DevicePathStepDown.Threshold
+	}
+	in.DevicePath.Cooldown = durPtr(m.DevicePathCooldown)
 	if m.StartupAllowance != nil {
 		in.StartupAllowance = m.StartupAllowance.D()
 	}
@@ -119,6 +125,10 @@ func canonicalFields(in admission.Inputs) [][2]string {
 	if in.FailoverSLO != nil {
 		slo = fs(*in.FailoverSLO)
 	}
+	cooldown := "derived"
+	if in.DevicePath.Cooldown != nil {
+		cooldown = fs(*in.DevicePath.Cooldown)
+	}
 	return [][2]string{
 		{"lease_ttl", fs(t.LeaseTTL)},
 		{"renew_interval", fs(t.RenewInterval)},
@@ -128,6 +138,8 @@ func canonicalFields(in admission.Inputs) [][2]string {
 		{"max_renew_fails", strconv.Itoa(t.MaxRenewFails)},
 		{"step_down_grace", fs(t.StepDownGrace)},
 		{"broker_health_step_down", in.BrokerHealth.String()},
+		{"device_path_step_down", in.DevicePath.String()},
+		{"device_path_cooldown", cooldown},
 		{"startup_allowance", fs(in.StartupAllowance)},
 		{"failover_slo", slo},
 	}
@@ -233,7 +245,7 @@ func AdmitSessions(sessions []Session) []admission.Report {
 		var r admission.Report
 		if len(s.Refusals) > 0 {
 			r = admission.Report{Session: s.Name, Timing: s.Inputs.Timing, FailoverSLO: s.Inputs.FailoverSLO, Refusals: s.Refusals,
-				BrokerPathFailover: "undecided"}
+				BrokerPathFailover: "undecided", DevicePathFailover: s.Inputs.DevicePath.State()}
 		} else {
 			r = admission.Evaluate(s.Inputs)
 		}

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/leasebridge/leasebridge/admission"
+	"github.com/leasebridge/leasebridge/internal/redact"
 )
 
 // ErrorAt builds a FieldError with message at the position of path (a key
@@ -78,7 +79,7 @@ func (c *Config) validate() Errors {
 	}
 	for i, ep := range c.LeaseStore.Endpoints {
 		if u, err := url.Parse(ep); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			add(fmt.Sprintf("lease_store.endpoints[%d]", i), "endpoint %q: want http://host:port or https://host:port", ep)
+			add(fmt.Sprintf("lease_store.endpoints[%d]", i), "endpoint %q: want http://host:port or https://host:port", redact.URL(ep))
 		}
 	}
 	if !strings.HasSuffix(c.LeaseStore.KeyPrefix, "/") {
@@ -153,7 +154,7 @@ func (c *Config) checkClientIDs() Errors {
 			if other, ok := seen[key]; ok && other != u.name {
 				errs = append(errs, c.errAt(fmt.Sprintf("routes[%d]", u.route),
 					"session %q uses brokers %q and %q, both %s with client id %q: the broker would disconnect one for the other; give one a different client_id",
-					session, other, u.name, b.URL, id))
+					session, other, u.name, redact.URL(b.URL), id))
 				continue
 			}
 			seen[key] = u.name
@@ -204,9 +205,9 @@ func (c *Config) checkBroker(path string, b *Broker) Errors {
 	case b.URL == "":
 		add(path+".url", "url is required, such as tcp://127.0.0.1:1883")
 	case err != nil || u.Host == "" || u.Port() == "":
-		add(path+".url", "url %q: want scheme://host:port", b.URL)
+		add(path+".url", "url %q: want scheme://host:port", redact.URL(b.URL))
 	case !slices.Contains([]string{"tcp", "mqtt", "ssl", "tls", "mqtts", "ws", "wss"}, u.Scheme):
-		add(path+".url", "url %q: scheme %q unsupported: want tcp, mqtt, ssl, tls, mqtts, ws or wss", b.URL, u.Scheme)
+		add(path+".url", "url %q: scheme %q unsupported: want tcp, mqtt, ssl, tls, mqtts, ws or wss", redact.URL(b.URL), u.Scheme)
 	}
 	switch b.ProtocolVersion {
 	case 3, 4:
@@ -250,7 +251,7 @@ func (c *Config) checkDevice(path string, d *Device) Errors {
 		}
 	case KindOPCUA:
 		if d.Address != "" && !strings.HasPrefix(d.Address, "opc.tcp://") {
-			add(path+".address", "address %q: want an endpoint such as opc.tcp://host:4840", d.Address)
+			add(path+".address", "address %q: want an endpoint such as opc.tcp://host:4840", redact.URL(d.Address))
 		}
 		if !slices.Contains([]string{"None", "Basic256Sha256"}, d.SecurityPolicy) {
 			add(path+".security_policy", "security_policy %q: want None or Basic256Sha256", d.SecurityPolicy)
@@ -449,7 +450,11 @@ func (c *Config) checkRoute(path string, r *Route) Errors {
 			if r.ReplyTopic == "" {
 				add(path, "reply_topic is required for a write route")
 			}
+			if r.MaxAge <= 0 {
+				add(path+".max_age", "max_age %s: want a duration above 0", r.MaxAge.D())
+			}
 		}
+
 	case RouteBridge:
 		if r.Remote == "" {
 			add(path, "remote is required for a bridge route: the remote broker")
@@ -481,6 +486,11 @@ func (c *Config) checkRoute(path string, r *Route) Errors {
 		add(path, "kind is required: poll, write or bridge")
 	default:
 		add(path+".kind", "unknown route kind %q: want poll, write or bridge", r.Kind)
+	}
+	for _, k := range []string{"max_age", "clock_skew"} {
+		if r.Kind != RouteWrite && c.written(path+"."+k) {
+			add(path+"."+k, "%s applies to write routes only", k)
+		}
 	}
 	return errs
 }

@@ -63,5 +63,17 @@ func BrokerPath(t Timing) *big.Int {
 	return sum
 }
 
+// DevicePath is D + R + J/2 + 2*min(5s, G) + 2*pb + 4*C + A + S, with D
+// in the field B.
+func DevicePath(t Timing) *big.Int {
+	sum := new(big.Int)
+	for _, v := range []int64{t.B, t.R, t.J / 2, 2 * min(int64(5*time.Second), t.G), t.A, t.S} {
+		sum.Add(sum, bi(v))
+	}
+	sum.Add(sum, new(big.Int).Mul(bi(2), PollBoundary(t.P)))
+	sum.Add(sum, new(big.Int).Mul(bi(4), bi(t.C)))
+	return sum
+}
+
 // Fits reports whether v is representable as int64 nanoseconds.
 func Fits(v *big.Int) bool { return v.IsInt64() }

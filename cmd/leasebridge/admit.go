@@ -5,8 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
 
 	"github.com/leasebridge/leasebridge/failover"
+	"github.com/leasebridge/leasebridge/internal/redact"
 	"github.com/leasebridge/leasebridge/internal/report"
 	"github.com/leasebridge/leasebridge/routes"
 )
@@ -19,40 +25,49 @@ func admit(args []string, stdout, stderr io.Writer) int {
 	defer out.Flush()
 	defer errOut.Flush()
 	stdout, stderr = out, errOut
-	fl := newFlags("admit", stderr)
-	file := fl.String("c", "", "configuration file")
-	asJSON := fl.Bool("json", false, "print the result as JSON (docs/admit-json.md)")
-	if err := parseFlags(fl, args); err != nil {
+	fl := newFlags("admit", stdout, stderr)
+	file := fl.String("c", "", "the configuration `FILE` (required)")
+	format := fl.String("format", "text", "print the result as `text|json|github`")
+	asJSON := fl.Bool("json", false, "the same as --format json")
+	if err := fl.parse(args); err != nil {
 		return flagStatus(err)
 	}
+	if *asJSON {
+		if *format != "text" && *format != "json" {
+			return fl.usageError("--json and --format %s conflict: --json is --format json", *format)
+		}
+		*format = "json"
+	}
+	if *format != "text" && *format != "json" && *format != "github" {
+		return fl.usageError("--format %q: want text, json or github", *format)
+	}
 	if *file == "" {
-		fmt.Fprintf(stderr, "leasebridge admit: -c FILE is required\n")
-		return exitInvalid
+		return fl.usageError("-c FILE is required")
 	}
 	cfg, errs := load(*file, false)
 	if len(errs) > 0 {
-		if *asJSON {
-			if err := report.WriteJSON(stdout, report.Invalid(*file, errs)); err != nil {
-				fmt.Fprintf(stderr, "leasebridge admit: %v\n", err)
-			}
-		} else {
-			fmt.Fprintf(stderr, "%s: invalid configuration (%d problem(s)):\n", *file, len(errs))
-			for _, e := range errs {
-				fmt.Fprintf(stderr, "  %v\n", e)
-			}
-		}
-		return exitInvalid
+		return invalid(*format, *file, errs, stdout, stderr)
 	}
 	sessions := cfg.Sessions()
 	reports := routes.AdmitSessions(sessions)
 	doc := report.FromReports(cfg, sessions, reports)
-	if *asJSON {
+	notes := deploymentInputs(cfg)
+	switch *format {
+	case "json":
 		if err := report.WriteJSON(stdout, doc); err != nil {
 			fmt.Fprintf(stderr, "leasebridge admit: %v\n", err)
 			return exitInvalid
 		}
-	} else {
+	case "github":
+		writeGitHub(stdout, cfg, doc, notes)
+	default:
 		report.WriteText(stdout, cfg, sessions, reports)
+		if len(notes) > 0 {
+			fmt.Fprintf(stdout, "\nnot checked here: the deployment provides them, and run requires them:\n")
+			for _, n := range notes {
+				fmt.Fprintf(stdout, "  %v\n", n)
+			}
+		}
 	}
 	if !doc.Admitted {
 		return exitRefused
@@ -60,23 +75,112 @@ func admit(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
+// invalid prints an invalid or unreadable configuration in format.
+func invalid(format, file string, errs routes.Errors, stdout, stderr io.Writer) int {
+	switch format {
+	case "json":
+		if err := report.WriteJSON(stdout, report.Invalid(file, errs)); err != nil {
+			fmt.Fprintf(stderr, "leasebridge admit: %v\n", err)
+		}
+	case "github":
+		for _, e := range errs {
+			msg := e.Message
+			if e.Path != "" {
+				msg = e.Path + ": " + msg
+			}
+			annotate(stdout, "error", e, "leasebridge admit: invalid configuration", msg)
+		}
+	default:
+		writeInvalid(stderr, "admit", file, errs)
+	}
+	return exitInvalid
+}
+
+// writeInvalid prints configuration problems for people: a file that
+// cannot be read on one line, else one line per problem.
+func writeInvalid(w io.Writer, cmd, file string, errs routes.Errors) {
+	if len(errs) == 1 && errs[0].Line == 0 && errs[0].Path == "" {
+		fmt.Fprintf(w, "leasebridge %s: %v\n", cmd, errs[0])
+		return
+	}
+	fmt.Fprintf(w, "%s: invalid configuration (%d problem(s)):\n", file, len(errs))
+	for _, e := range errs {
+		fmt.Fprintf(w, "  %v\n", e)
+	}
+}
+
 // load decodes and validates the file, then builds every transport it
 // names without opening any (failover.Preflight), so that admit and run
 // refuse the same configurations; needFiles: the certificate, key and
-// password files it names must be readable (run), or may be absent
-// (admit, a dry run away from the deployment).
+// password files it names must be readable and its password_env variables
+// set (run), or may be absent (admit, a dry run away from the deployment).
+// Messages are redacted: a transport's error may quote a URL.
 func load(file string, needFiles bool) (*routes.Config, routes.Errors) {
 	cfg, err := routes.Load(file)
 	if err != nil {
 		var errs routes.Errors
 		if !errors.As(err, &errs) {
-			// Unreadable file: wrap it so it prints like any other error.
-			errs = routes.Errors{{File: file, Message: err.Error()}}
+			errs = routes.Errors{{File: file, Message: readProblem(err)}}
 		}
-		return nil, errs
+		return nil, redactErrors(errs)
 	}
-	if errs := failover.Preflight(cfg, needFiles); len(errs) > 0 {
-		return nil, errs
+	errs := failover.Preflight(cfg, needFiles)
+	if needFiles {
+		// Preflight reads the brokers' passwords as it builds them; the
+		// lease store's and the devices' are read at connect time.
+		for _, e := range deploymentInputs(cfg) {
+			if !strings.HasPrefix(e.Path, "brokers.") {
+				errs = append(errs, e)
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return nil, redactErrors(errs)
 	}
 	return cfg, nil
+}
+
+// readProblem says why the file could not be read without repeating its
+// path, which the error's File already holds.
+func readProblem(err error) string {
+	if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
+		return "cannot read: " + pe.Err.Error()
+	}
+	return err.Error()
+}
+
+func redactErrors(errs routes.Errors) routes.Errors {
+	for _, e := range errs {
+		e.Message = redact.Text(e.Message)
+	}
+	return errs
+}
+
+// deploymentInputs lists the passwords the deployment provides that are
+// missing here: a password_env variable that is not set or a password_file
+// that cannot be read, each at its key.
+func deploymentInputs(cfg *routes.Config) routes.Errors {
+	var out routes.Errors
+	check := func(path string, c routes.Credentials) {
+		if _, err := c.Password(); err != nil {
+			key, what := path+".password_file", "password_file "+c.PasswordFile+" cannot be read"
+			if c.PasswordEnv != "" {
+				key, what = path+".password_env", "password_env "+c.PasswordEnv+" is not set"
+			}
+			out = append(out, cfg.ErrorAt(key, what))
+		}
+	}
+	check("lease_store", cfg.LeaseStore.Credentials)
+	for _, name := range slices.Sorted(maps.Keys(cfg.Brokers)) {
+		if b := cfg.Brokers[name]; b != nil {
+			check("brokers."+name, b.Credentials)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(cfg.Devices)) {
+		if d := cfg.Devices[name]; d != nil {
+			check("devices."+name, d.Credentials)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Line < out[j].Line })
+	return out
 }

@@ -11,21 +11,15 @@ import (
 
 // budget prints a shipped profile's budgets at the MQTT defaults.
 func budget(args []string, stdout, stderr io.Writer) int {
-	fl := newFlags("budget", stderr)
-	profile := fl.String("profile", "", "standalone, clustered or all")
+	fl := newFlags("budget", stdout, stderr)
+	profile := fl.String("profile", "", "the lease profile: `standalone|clustered|all`")
 	asJSON := fl.Bool("json", false, "print JSON")
 	markdown := fl.Bool("markdown", false, "print the Markdown table of docs/failover-budget.md")
-	if err := parseFlags(fl, args); err != nil {
+	if err := fl.parse(args); err != nil {
 		return flagStatus(err)
 	}
-	if *markdown {
-		t, err := report.ProfileTable()
-		if err != nil {
-			fmt.Fprintf(stderr, "leasebridge budget: %v\n", err)
-			return exitInvalid
-		}
-		fmt.Fprint(stdout, t)
-		return exitOK
+	if err := fl.conflict("json", "markdown"); err != nil {
+		return fl.usageError("%v", err)
 	}
 	var modes []admission.Mode
 	switch *profile {
@@ -34,11 +28,21 @@ func budget(args []string, stdout, stderr io.Writer) int {
 	case string(admission.Standalone), string(admission.Clustered):
 		modes = []admission.Mode{admission.Mode(*profile)}
 	case "":
-		fmt.Fprintf(stderr, "leasebridge budget: --profile is required: standalone, clustered or all\n")
-		return exitInvalid
+		if !*markdown {
+			return fl.usageError("--profile is required: standalone, clustered or all")
+		}
+		modes = report.Profiles
 	default:
-		fmt.Fprintf(stderr, "leasebridge budget: unknown profile %q: want standalone, clustered or all\n", *profile)
-		return exitInvalid
+		return fl.usageError("unknown profile %q: want standalone, clustered or all", *profile)
+	}
+	if *markdown {
+		t, err := report.ProfileTable(modes...)
+		if err != nil {
+			fmt.Fprintf(stderr, "leasebridge budget: %v\n", err)
+			return exitInvalid
+		}
+		fmt.Fprint(stdout, t)
+		return exitOK
 	}
 	var out []report.Profile
 	for i, m := range modes {

@@ -1,18 +1,25 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/leasebridge/leasebridge/admission"
 	"github.com/leasebridge/leasebridge/failover"
 	"github.com/leasebridge/leasebridge/internal/report"
 	"github.com/leasebridge/leasebridge/internal/testbin"
+	"github.com/leasebridge/leasebridge/routes"
 )
 
 // The README's first command: the demo builds, runs two bridge processes,
@@ -45,6 +52,33 @@ func TestDemoTakesOverWithinBudget(t *testing.T) {
 		}
 		return f
 	}
+	// The budget's terms as admission computes them for the demo's
+	// configuration, each with its value.
+	y := fmt.Sprintf(demoConfig, "http://127.0.0.1:2379", "tcp://127.0.0.1:1883", "127.0.0.1:502", "bridge-a", "127.0.0.1:8080")
+	cfg, err := routes.Parse("demo.yaml", []byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := cfg.Admit()[0]
+	for _, term := range rep.OwnerDeath.Terms {
+		if !regexp.MustCompile(`(?m)^  ` + term.Name + ` +` + regexp.QuoteMeta(admission.FormatSeconds(term.Value)) + `  \S`).MatchString(text) {
+			t.Errorf("demo output lacks the term %s = %s with its meaning", term.Name, admission.FormatSeconds(term.Value))
+		}
+	}
+	for _, re := range []string{
+		`owner-death budget, ` + regexp.QuoteMeta(admission.FormatSeconds(rep.OwnerDeath.Total)) + `, is the worst case`,
+		`epoch: the lease row's fencing number`,
+		`(?m)^  published on demo/plc-1/\w+: \{.*"epoch":1\b.*\}$`,
+		`(?m)^write request on demo-cmd/plc-1/write: \{"id":"demo-1","tag":"setpoint","value":1234,"issued_at":"[0-9TZ:.-]+"\}$`,
+		`(?m)^  reply on demo-cmd/plc-1/reply: \{.*"id":"demo-1".*\}$`,
+		`(?m)^  the PLC's holding register 1 \(setpoint\) now reads 1234$`,
+		`(?m)^  first value at epoch 2, on demo/plc-1/\w+: \{.*"epoch":2\b.*\}$`,
+		`only lease_ttl \(` + regexp.QuoteMeta(admission.FormatSeconds(rep.Timing.LeaseTTL)) + `\) is paid in full`,
+	} {
+		if !regexp.MustCompile(re).MatchString(text) {
+			t.Errorf("demo output does not match %s", re)
+		}
+	}
 	budget := seconds(`admitted owner-death budget: +([0-9.]+)s`)
 	for _, re := range []string{`FailureToFullDuration \(bridge-., from its first observation of the stale row\): ([0-9.]+)s`,
 		`kill -> first value published by the successor: +([0-9.]+)s`} {
@@ -52,6 +86,112 @@ func TestDemoTakesOverWithinBudget(t *testing.T) {
 			t.Errorf("%s = %gs, admitted budget %gs", re, got, budget)
 		}
 	}
+}
+
+// SIGTERM or SIGINT while the bridges run: the demo kills its bridge
+// processes, waits for them, removes its working directory and exits 128
+// plus the signal number. scripts/demo, README's first command, announces
+// its build first and passes the signal on.
+func TestDemoSignalCleansUp(t *testing.T) {
+	bin := testbin.Leasebridge(t)
+	started := regexp.MustCompile(`^started bridge-a \(pid (\d+)\) and bridge-b \(pid (\d+)\); their configurations and logs are in (\S+)$`)
+	for _, c := range []struct {
+		name string
+		sig  syscall.Signal
+		argv []string
+	}{
+		{"SIGTERM", syscall.SIGTERM, []string{bin, "demo"}},
+		{"SIGINT", syscall.SIGINT, []string{bin, "demo"}},
+		{"scripts/demo SIGTERM", syscall.SIGTERM, []string{"bash", "../../scripts/demo"}},
+	} {
+		sig := c.sig
+		t.Run(c.name, func(t *testing.T) {
+			// A pipe of our own, not StdoutPipe, so that Wait may run while
+			// the output is read.
+			out, w, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			stderr := outputFile(t)
+			cmd := exec.Command(c.argv[0], c.argv[1:]...)
+			cmd.Stdout, cmd.Stderr = w, stderr.f
+			err = cmd.Start()
+			w.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			exited := make(chan error, 1)
+			go func() { exited <- cmd.Wait() }()
+			t.Cleanup(func() {
+				_ = cmd.Process.Kill()
+				out.Close()
+			})
+			lines := make(chan string, 100)
+			go func() {
+				defer close(lines)
+				sc := bufio.NewScanner(out)
+				for sc.Scan() {
+					lines <- sc.Text()
+				}
+			}()
+			var pids []int
+			var dir string
+			var seen strings.Builder
+			// Signal once both bridge processes run; later the demo kills
+			// one of them itself.
+			for line := range lines {
+				seen.WriteString(line + "\n")
+				if m := started.FindStringSubmatch(line); m != nil {
+					a, _ := strconv.Atoi(m[1])
+					b, _ := strconv.Atoi(m[2])
+					pids, dir = []int{a, b}, m[3]
+					break
+				}
+			}
+			if len(pids) != 2 {
+				t.Fatalf("the demo never reported its bridges:\n%s%s", seen.String(), stderr.String())
+			}
+			for _, pid := range pids {
+				if !bridgeRuns(pid) {
+					t.Fatalf("bridge pid %d is not running before the signal", pid)
+				}
+			}
+			if err := cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			// A bound against a hang, not a timing claim.
+			select {
+			case err = <-exited:
+			case <-time.After(time.Minute):
+				t.Fatalf("the demo did not exit within a minute of %v:\n%s%s", sig, seen.String(), stderr.String())
+			}
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 128+int(sig) {
+				t.Errorf("exit after %v: %v, want status %d\n%s", sig, err, 128+int(sig), stderr.String())
+			}
+			for _, pid := range pids {
+				if bridgeRuns(pid) {
+					t.Errorf("bridge pid %d still runs after the demo exited", pid)
+				}
+			}
+			if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("working directory %s remains: %v", dir, err)
+			}
+			const notice = "building leasebridge (the first run downloads Go modules, which can take a few minutes)...\n"
+			if c.argv[0] == "bash" && !strings.HasPrefix(stderr.String(), notice) {
+				t.Errorf("scripts/demo does not announce its build first:\n%s", stderr.String())
+			}
+		})
+	}
+}
+
+// bridgeRuns says whether pid is a live `leasebridge run` process.
+func bridgeRuns(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return err == nil && strings.Contains(string(b), "run\x00-c\x00")
 }
 
 // Numbers the README states about exit statuses come from the code.

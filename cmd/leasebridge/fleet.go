@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"slices"
@@ -36,10 +35,10 @@ type fleetCmd struct {
 
 // openFleet loads file and connects to its lease store; it prints why not
 // and returns the exit status when it cannot.
-func openFleet(ctx context.Context, name, file string, stderr io.Writer) (*fleetCmd, int) {
+func openFleet(ctx context.Context, fl *flagSet, file string, stderr io.Writer) (*fleetCmd, int) {
+	name := fl.cmd.name
 	if file == "" {
-		fmt.Fprintf(stderr, "leasebridge %s: -c FILE is required\n", name)
-		return nil, exitInvalid
+		return nil, fl.usageError("-c FILE is required")
 	}
 	cfg, errs := load(file, false)
 	if len(errs) > 0 {
@@ -61,40 +60,57 @@ func openFleet(ctx context.Context, name, file string, stderr io.Writer) (*fleet
 	return &fleetCmd{cfg: cfg, reports: cfg.Admit(), store: store}, exitOK
 }
 
-// splitPositional lets the positional argument come first or last:
-// `handover SESSION --to NODE -c FILE` and `handover -c FILE SESSION`.
-func splitPositional(fl *flag.FlagSet, args []string) (string, error) {
+// parsePositional parses flags and exactly one positional argument, first
+// or last: `handover SESSION --to NODE -c FILE` and `handover -c FILE
+// SESSION`.
+func (f *flagSet) parsePositional(what string, args []string) (string, error) {
 	var pos []string
 	for len(args) > 0 {
 		if !strings.HasPrefix(args[0], "-") {
 			pos, args = append(pos, args[0]), args[1:]
 			continue
 		}
-		if err := fl.Parse(args); err != nil {
+		flags := flagsOnly(args)
+		if err := f.parse(flags); err != nil {
 			return "", err
 		}
-		args = fl.Args()
+		args = args[len(flags):]
 	}
 	if len(pos) != 1 {
-		err := fmt.Errorf("want exactly one %s argument, got %q", strings.ToUpper(fl.Name()[strings.LastIndex(fl.Name(), " ")+1:]), pos)
-		fmt.Fprintf(fl.Output(), "%s: %v\n", fl.Name(), err)
+		err := fmt.Errorf("want one %s, got %d", what, len(pos))
+		f.usageError("%v", err)
 		return "", err
 	}
 	return pos[0], nil
 }
 
+// flagsOnly is args up to the first argument that is neither a flag nor
+// a flag's value.
+func flagsOnly(args []string) []string {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if !strings.HasPrefix(a, "-") {
+			return args[:i]
+		}
+		if !strings.Contains(a, "=") && a != "-h" && a != "-help" && a != "--help" && a != "--json" && a != "-json" {
+			i++ // the flag's value
+		}
+	}
+	return args
+}
+
 // status is `leasebridge status -c FILE [--json]`: 0 every session of the
 // file is owned, 1 one is not, 2 invalid usage, 3 store unreachable.
 func status(args []string, stdout, stderr io.Writer) int {
-	fl := newFlags("status", stderr)
+	fl := newFlags("status", stdout, stderr)
 	file := fl.String("c", "", "configuration file")
 	asJSON := fl.Bool("json", false, "print the fleet view as JSON (docs/status-json.md)")
-	if err := parseFlags(fl, args); err != nil {
+	if err := fl.parse(args); err != nil {
 		return flagStatus(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), fleetCall)
 	defer cancel()
-	fc, code := openFleet(ctx, "status", *file, stderr)
+	fc, code := openFleet(ctx, fl, *file, stderr)
 	if fc == nil {
 		return code
 	}
@@ -181,16 +197,16 @@ func writeStatus(w io.Writer, st failover.FleetStatus) {
 // for the row to change hands: 0 it did within the budget, 1 refused or
 // not within the budget, 2 invalid usage, 3 store unreachable.
 func handover(args []string, stdout, stderr io.Writer) int {
-	fl := newFlags("handover session", stderr)
+	fl := newFlags("handover", stdout, stderr)
 	file := fl.String("c", "", "configuration file")
-	to := fl.String("to", "", "the node to hand over to (default: any eligible node)")
-	session, err := splitPositional(fl, args)
+	to := fl.String("to", "", "the node to hand over to (default: any other live eligible node)")
+	session, err := fl.parsePositional("SESSION", args)
 	if err != nil {
 		return flagStatus(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), fleetCall)
 	defer cancel()
-	fc, code := openFleet(ctx, "handover", *file, stderr)
+	fc, code := openFleet(ctx, fl, *file, stderr)
 	if fc == nil {
 		return code
 	}
@@ -279,15 +295,15 @@ func waitHandover(fc *fleetCmd, req lease.HandoverRequest, budget time.Duration,
 // drain is `leasebridge drain NODE -c FILE` and, with on false, undrain.
 func drain(name string, on bool) func(args []string, stdout, stderr io.Writer) int {
 	return func(args []string, stdout, stderr io.Writer) int {
-		fl := newFlags(name+" node", stderr)
+		fl := newFlags(name, stdout, stderr)
 		file := fl.String("c", "", "configuration file")
-		node, err := splitPositional(fl, args)
+		node, err := fl.parsePositional("NODE", args)
 		if err != nil {
 			return flagStatus(err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), fleetCall)
 		defer cancel()
-		fc, code := openFleet(ctx, name, *file, stderr)
+		fc, code := openFleet(ctx, fl, *file, stderr)
 		if fc == nil {
 			return code
 		}

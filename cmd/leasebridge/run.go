@@ -21,6 +21,7 @@ import (
 
 	"github.com/leasebridge/leasebridge/admission"
 	"github.com/leasebridge/leasebridge/failover"
+	"github.com/leasebridge/leasebridge/internal/redact"
 	"github.com/leasebridge/leasebridge/lease"
 	"github.com/leasebridge/leasebridge/lease/etcdembed"
 	"github.com/leasebridge/leasebridge/lease/etcdstore"
@@ -36,21 +37,25 @@ import (
 // runMain is `leasebridge run -c FILE`: admission first, and a refusal
 // exits before any store or transport is opened.
 func runMain(args []string, stdout, stderr io.Writer) int {
-	fl := newFlags("run", stderr)
-	file := fl.String("c", "", "configuration file")
-	format := fl.String("log-format", "json", "json or text")
-	if err := parseFlags(fl, args); err != nil {
+	fl := newFlags("run", stdout, stderr)
+	file := fl.String("c", "", "the configuration `FILE` (required)")
+	format := fl.String("log-format", "json", "log as `json|text`")
+	level := fl.String("log-level", "info", "the least severe level logged: `debug|info|warn|error`")
+	if err := fl.parse(args); err != nil {
 		return flagStatus(err)
 	}
 	if *file == "" {
-		fmt.Fprintln(stderr, "leasebridge run: -c FILE is required")
-		return exitInvalid
+		return fl.usageError("-c FILE is required")
 	}
-	log := newLogger(stderr, *format)
+	log, err := newLogger(stderr, *format, *level)
+	if err != nil {
+		return fl.usageError("%v", err)
+	}
+	slog.SetDefault(log)
 	cfg, errs := load(*file, true)
 	if len(errs) > 0 {
-		fmt.Fprintf(stderr, "leasebridge run: %v\n", errs)
-		return exitInvalid
+		writeInvalid(stderr, "run", *file, errs)
+		return failover.ExitInvalid
 	}
 	reports := cfg.Admit()
 	refused := false
@@ -61,7 +66,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if refused {
-		return exitRefused
+		return failover.ExitFailure
 	}
 	failover.LogBudgets(log, reports)
 	if _, set := os.LookupEnv("GOGC"); !set {
@@ -72,16 +77,9 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	code, err := serve(ctx, cfg, reports, log, nil)
 	if err != nil {
-		log.Error("run", "err", err)
+		log.Error("run failed", "err", err, "exit_status", code)
 	}
 	return code
-}
-
-func newLogger(w io.Writer, format string) *slog.Logger {
-	if format == "text" {
-		return slog.New(slog.NewTextHandler(w, nil))
-	}
-	return slog.New(slog.NewJSONHandler(w, nil))
 }
 
 // serve opens the lease store, runs the supervisor with its HTTP endpoints
@@ -92,43 +90,47 @@ func serve(ctx context.Context, cfg *routes.Config, reports []admission.Report, 
 	if node == "" {
 		h, err := os.Hostname()
 		if err != nil {
-			return exitInvalid, fmt.Errorf("node is not set and the host name is unknown: %w", err)
+			return failover.ExitInvalid, fmt.Errorf("node is not set and the host name is unknown: %w", err)
 		}
 		node = h
 	}
 	endpoints := cfg.LeaseStore.Endpoints
 	if len(endpoints) == 0 {
-		dir := filepath.Join(cfg.DataDir, "etcd")
-		log.Info("no lease_store endpoints: starting the embedded single-member store", "dir", dir)
-		srv, err := etcdembed.Start(ctx, dir)
+		srv, err := startEmbedded(ctx, cfg, log)
+		if err != nil && ctx.Err() != nil {
+			// SIGTERM or SIGINT during start-up: nothing was held.
+			log.Info("stopped before the embedded store was ready", "err", err)
+			return failover.ExitOK, nil
+		}
 		if err != nil {
-			return exitInvalid, err
+			embeddedFailed(log, err)
+			return failover.ExitFailure, nil
 		}
 		defer srv.Close()
 		endpoints = srv.Endpoints
 	}
 	store, err := openStore(ctx, cfg, endpoints)
 	if err != nil {
-		return exitInvalid, err
+		return storeExit(err), err
 	}
 	defer store.Close()
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	id := lease.NewIdentity(node)
-	sv, err := failover.New(failover.Options{Config: cfg, Reports: reports, Store: store, Identity: id, Node: node,
-		Logger: log, Metrics: failover.NewMetrics(reg), Claims: store, Fleet: store})
+	sv, err := failover.New(failover.Options{Config: cfg, Reports: reports, Store: store, StoreEndpoints: endpoints,
+		Identity: id, Node: node, Logger: log, Metrics: failover.NewMetrics(reg), Claims: store, Fleet: store})
 	if err != nil {
-		return exitInvalid, err
+		return failover.ExitInvalid, err
 	}
 	ln, err := net.Listen("tcp", cfg.HTTPListen)
 	if err != nil {
-		return exitInvalid, fmt.Errorf("http_listen %s: %w", cfg.HTTPListen, err)
+		return failover.ExitInvalid, fmt.Errorf("http_listen %s: %w", cfg.HTTPListen, err)
 	}
 	hs := &http.Server{Handler: failover.Handler(sv, reg), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = hs.Serve(ln) }()
 	defer hs.Close()
-	log.Info("running", "node", node, "owner_identity", id.Owner, "http", ln.Addr().String(), "lease_store", endpoints)
+	log.Info("running", "node", node, "owner_identity", id.Owner, "http", ln.Addr().String(), "lease_store", redact.URLs(endpoints))
 
 	if started != nil {
 		started <- sv
@@ -136,14 +138,63 @@ func serve(ctx context.Context, cfg *routes.Config, reports []admission.Report, 
 	notifySystemd(ctx, log)
 	err = sv.Run(ctx)
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
-	if errors.Is(err, failover.ErrStepDown) {
+	switch {
+	case errors.Is(err, failover.ErrStepDown):
 		return failover.ExitStepDown, nil
-	}
-	if err != nil {
-		return exitRefused, err
+	case errors.Is(err, failover.ErrReleaseFailed):
+		log.Error("stopped: lease releases failed; standbys take over after lease_ttl", "err", err,
+			"exit_status", failover.ExitFailure)
+		return failover.ExitFailure, nil
+	case err != nil:
+		return failover.ExitFailure, err
 	}
 	log.Info("stopped: every lease released")
-	return exitOK, nil
+	return failover.ExitOK, nil
+}
+
+// storeExit is the exit status for a lease store the client could not
+// set up at start-up: refused credentials are a configuration mistake
+// (ExitInvalid); anything else, such as a store unreachable while the
+// client must fetch an authentication token, is a runtime failure that a
+// restart retries (ExitFailure). Without authentication the client
+// connects in the background, and an unreachable store is reported by the
+// store probe (not ready) instead of ending the process.
+func storeExit(err error) int {
+	if errors.Is(err, etcdstore.ErrAuth) || errors.Is(err, etcdstore.ErrConfig) {
+		return failover.ExitInvalid
+	}
+	return failover.ExitFailure
+}
+
+// startEmbedded starts the embedded single-member store in data_dir. Its
+// warnings and errors go to log; an unrecoverable error while it runs (a
+// full disk) is logged with its cause and ends the process with
+// ExitFailure, without a stack trace.
+func startEmbedded(ctx context.Context, cfg *routes.Config, log *slog.Logger) (*etcdembed.Server, error) {
+	dir := filepath.Join(cfg.DataDir, "etcd")
+	log.Info("no lease_store endpoints: starting the embedded single-member store", "dir", dir)
+	return etcdembed.StartWith(ctx, etcdembed.Options{Dir: dir, Logger: log, OnFatal: func(err error) {
+		embeddedFailed(log.With("dir", dir), err)
+		os.Exit(failover.ExitFailure)
+	}})
+}
+
+// embeddedFailed is the one line that says why the embedded store ended
+// the process.
+func embeddedFailed(log *slog.Logger, err error) {
+	log.Error("embedded lease store failed; exiting", "cause", embeddedCause(err), "err", err,
+		"exit_status", failover.ExitFailure)
+}
+
+// embeddedCause names why the embedded store stopped, for the log line.
+func embeddedCause(err error) string {
+	switch {
+	case errors.Is(err, etcdembed.ErrDiskFull):
+		return "disk full (ENOSPC)"
+	case errors.Is(err, etcdembed.ErrLocked):
+		return "data_dir in use by another process"
+	}
+	return "embedded etcd error"
 }
 
 // openStore connects to the lease store at endpoints with the file's
@@ -151,7 +202,7 @@ func serve(ctx context.Context, cfg *routes.Config, reports []admission.Report, 
 func openStore(ctx context.Context, cfg *routes.Config, endpoints []string) (*etcdstore.Store, error) {
 	password, err := cfg.LeaseStore.Password()
 	if err != nil {
-		return nil, fmt.Errorf("lease_store: %w", err)
+		return nil, fmt.Errorf("%w: lease_store: %w", etcdstore.ErrConfig, err)
 	}
 	sc := etcdstore.Config{Endpoints: endpoints, DialTimeout: cfg.LeaseStore.DialTimeout.D(), KeyPrefix: cfg.LeaseStore.KeyPrefix,
 		Username: cfg.LeaseStore.Username, Password: password}

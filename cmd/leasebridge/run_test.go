@@ -26,9 +26,10 @@ import (
 
 type proc struct {
 	*bridgeProc
-	proxy  *faultproxy.Proxy
-	report admission.Report
-	exit   int
+	proxy   *faultproxy.Proxy
+	report  admission.Report
+	reports []admission.Report
+	exit    int
 }
 
 type runPeers struct {
@@ -36,6 +37,9 @@ type runPeers struct {
 	broker *embedbroker.Broker
 	plc    *plcsim.PLC
 	dir    string
+	// brokerAddr, when set, is the broker the bridges use instead of
+	// broker (e.g. a mosquitto).
+	brokerAddr string
 }
 
 func startRunPeers(t *testing.T) *runPeers {
@@ -63,9 +67,32 @@ func startRunPeers(t *testing.T) *runPeers {
 // its own fault proxy.
 func (p *runPeers) start(t *testing.T, node string) *proc {
 	t.Helper()
+	return p.startAt(t, node, p.etcd.Endpoints[0], nil)
+}
+
+// startVia is start with the lease store at etcdURL (a fault proxy).
+func (p *runPeers) startVia(t *testing.T, node, etcdURL string) *proc {
+	t.Helper()
+	return p.startAt(t, node, etcdURL, nil)
+}
+
+// startWith is start with the configuration adjusted by edit (nil: none).
+func (p *runPeers) startWith(t *testing.T, node string, edit func(*testbin.Bridge)) *proc {
+	t.Helper()
+	return p.startAt(t, node, p.etcd.Endpoints[0], edit)
+}
+
+// startAt is start with the lease store at etcdURL and the configuration
+// adjusted by edit (nil: none).
+func (p *runPeers) startAt(t *testing.T, node, etcdURL string, edit func(*testbin.Bridge)) *proc {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	px, err := faultproxy.Start(ctx, strings.TrimPrefix(p.broker.URL, "tcp://"))
+	brokerAddr := p.brokerAddr
+	if brokerAddr == "" {
+		brokerAddr = strings.TrimPrefix(p.broker.URL, "tcp://")
+	}
+	px, err := faultproxy.Start(ctx, brokerAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,9 +101,21 @@ func (p *runPeers) start(t *testing.T, node string) *proc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	y := testbin.Config(testbin.Bridge{Etcd: p.etcd.Endpoints[0], Broker: "tcp://" + px.Addr(), PLC: p.plc.Addr(), Node: node, HTTP: addr,
-		KeyPrefix: "/run-test/", Topic: "{device}/{tag}"})
-	path := filepath.Join(p.dir, node+".yaml")
+	br := testbin.Bridge{Etcd: etcdURL, Broker: "tcp://" + px.Addr(), PLC: p.plc.Addr(), Node: node, HTTP: addr,
+		KeyPrefix: "/run-test/", Topic: "{device}/{tag}"}
+	if edit != nil {
+		edit(&br)
+	}
+	pr := launch(t, p.dir, node, addr, testbin.Config(br))
+	pr.proxy = px
+	return pr
+}
+
+// launch writes configuration y to dir/node.yaml and runs `leasebridge
+// run` on it, its log in dir/node.log, killed at the end of the test.
+func launch(t *testing.T, dir, node, addr, y string) *proc {
+	t.Helper()
+	path := filepath.Join(dir, node+".yaml")
 	if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -84,8 +123,8 @@ func (p *runPeers) start(t *testing.T, node string) *proc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pr := &proc{bridgeProc: &bridgeProc{name: node, http: addr, log: filepath.Join(p.dir, node+".log")},
-		proxy: px, report: cfg.Admit()[0]}
+	pr := &proc{bridgeProc: &bridgeProc{name: node, http: addr, log: filepath.Join(dir, node+".log")}, reports: cfg.Admit()}
+	pr.report = pr.reports[0]
 	pr.launch(t, path, "text")
 	return pr
 }
@@ -253,14 +292,10 @@ func TestRunNotifiesSystemd(t *testing.T) {
 	}
 }
 
-// A standalone node without lease_store endpoints runs an embedded
-// single-member etcd in data_dir, and its sessions reach ServiceLevelFull
-// on it.
-func TestRunStandaloneEmbeddedStore(t *testing.T) {
-	p := startRunPeers(t)
-	dataDir := t.TempDir()
-	addr := testbin.FreeAddr(t)
-	y := fmt.Sprintf(`deployment_mode: standalone
+// standalone is a standalone node's configuration without lease_store
+// endpoints, so it runs the embedded store in dataDir.
+func (p *runPeers) standalone(dataDir, addr string) string {
+	return fmt.Sprintf(`deployment_mode: standalone
 node: gw
 data_dir: %s
 http_listen: %s
@@ -273,41 +308,27 @@ devices:
 routes:
   - {name: telemetry, session: plc, kind: poll, device: plc, broker: local}
 `, dataDir, addr, p.broker.URL, p.plc.Addr())
-	path := filepath.Join(t.TempDir(), "gw.yaml")
-	if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := routes.Parse(path, []byte(y))
-	if err != nil {
-		t.Fatal(err)
-	}
-	budget := cfg.Admit()[0].OwnerDeath.Total
-	logf, err := os.Create(filepath.Join(t.TempDir(), "gw.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(testbin.Leasebridge(t), "run", "-c", path, "--log-format", "text")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var waitErr error
-	exited := make(chan struct{})
-	go func() { waitErr = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited; logf.Close() })
+}
+
+// A standalone node without lease_store endpoints runs an embedded
+// single-member etcd in data_dir, and its sessions reach ServiceLevelFull
+// on it.
+func TestRunStandaloneEmbeddedStore(t *testing.T) {
+	p := startRunPeers(t)
+	dataDir := t.TempDir()
+	addr := testbin.FreeAddr(t)
+	gw := launch(t, t.TempDir(), "gw", addr, p.standalone(dataDir, addr))
 	// The embedded member's start is part of the first takeover here.
-	if _, _, err := waitOwner(context.Background(), []*bridgeProc{{name: "gw", http: addr}}, nil, budget+time.Minute); err != nil {
-		b, _ := os.ReadFile(logf.Name())
-		t.Fatalf("%v\n%s", err, b)
+	if _, _, err := waitOwner(context.Background(), []*bridgeProc{gw.bridgeProc}, nil, gw.report.OwnerDeath.Total+time.Minute); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(dataDir, "etcd", "member")); err != nil {
 		t.Errorf("no embedded etcd member in data_dir: %v", err)
 	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := gw.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	<-exited
-	if waitErr != nil {
-		t.Errorf("exit after SIGTERM: %v", waitErr)
+	if code := gw.waitExit(t, gw.report.CloseBound+2*gw.report.Timing.RenewCallTimeout+etcdembed.CloseTimeout); code != failover.ExitOK {
+		t.Errorf("exit status after SIGTERM = %d, want %d", code, failover.ExitOK)
 	}
 }

@@ -1,5 +1,6 @@
 // Package archtest keeps the import arrows of DESIGN.md pointing one way:
-// cmd -> failover -> {lease, transports, routes}; routes -> admission;
+// cmd -> failover -> {lease, transports, routes}; routes -> admission
+// (and internal/redact, a standard-library-only leaf);
 // admission imports only the standard library; lease never imports
 // transports and no transport imports lease; lease/etcd* is the only
 // importer of the etcd client.
@@ -54,8 +55,10 @@ func rule(pkg, imp string) string {
 		return "production code never imports test peers"
 	case under(pkg, "admission") && pkg != "admission/admissiontest" && !stdlib(imp) && !under(local, "admission"):
 		return "admission imports only the standard library"
-	case under(pkg, "routes") && isLocal && !under(local, "admission"):
-		return "routes imports only admission"
+	case under(pkg, "routes") && isLocal && !under(local, "admission") && local != "internal/redact":
+		return "routes imports only admission (and internal/redact)"
+	case pkg == "internal/redact" && !stdlib(imp):
+		return "internal/redact imports only the standard library"
 	case under(pkg, "lease") && isLocal && (under(local, "transports") || under(local, "failover") || under(local, "routes")):
 		return "lease never imports transports, routes or failover"
 	case under(pkg, "transports") && isLocal && (under(local, "lease") || under(local, "failover")):

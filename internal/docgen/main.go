@@ -20,7 +20,9 @@ import (
 	"github.com/leasebridge/leasebridge/admission"
 	"github.com/leasebridge/leasebridge/failover"
 	"github.com/leasebridge/leasebridge/internal/report"
+	"github.com/leasebridge/leasebridge/lease/etcdembed"
 	"github.com/leasebridge/leasebridge/routes"
+	"github.com/leasebridge/leasebridge/transports/tagvalue"
 )
 
 //go:embed bridged-data.md.tmpl
@@ -40,6 +42,9 @@ var operationsTmpl string
 
 //go:embed status-json.md.tmpl
 var statusJSONTmpl string
+
+//go:embed writes.md.tmpl
+var writesTmpl string
 
 // exampleConfig is admitted to produce the real output shown in
 // admit-json.md; the path is relative to this package, where go generate
@@ -61,6 +66,9 @@ func main() {
 		}
 	}
 }
+
+// churnD is the device_path_step_down of the churn example.
+const churnD = time.Minute
 
 // render returns every generated page by file name.
 func render() (map[string][]byte, error) {
@@ -106,6 +114,8 @@ func render() (map[string][]byte, error) {
 		"StandaloneRatio":          ratio(sa),
 		"ClusteredRatio":           ratio(cl),
 		"ClusteredActivationShare": fmt.Sprintf("%.0f%%", float64(cl.Activation)*100/float64(cl.OwnerDeath.Total)),
+		"ChurnD":                   fs(churnD),
+		"ChurnPerHour":             int64(time.Hour / churnD),
 	}
 	budget, err := execute(failoverBudgetTmpl, data)
 	if err != nil {
@@ -138,15 +148,24 @@ func render() (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	ops, err := execute(operationsTmpl, map[string]any{
+	opsData := map[string]any{
 		"StartupLog": startup,
-		"ExitOK":     report.ExitAdmitted, "ExitRefused": report.ExitRefused, "ExitInvalid": report.ExitInvalid,
-		"ExitStepDown": failover.ExitStepDown, "Metrics": metrics, "GCPercent": failover.GCPercent,
-	})
+		"ExitOK":     failover.ExitOK, "ExitRefused": failover.ExitFailure, "ExitInvalid": failover.ExitInvalid,
+		"ExitFailure": failover.ExitFailure, "Exits": exitTable(),
+		"Metrics": metrics, "GCPercent": failover.GCPercent, "Probes": failover.ProbesPerRenewInterval,
+	}
+	for k, v := range embeddedDisk() {
+		opsData[k] = v
+	}
+	ops, err := execute(operationsTmpl, opsData)
 	if err != nil {
 		return nil, err
 	}
 	bridged, err := bridgedData(sa, cl)
+	if err != nil {
+		return nil, err
+	}
+	writes, err := execute(writesTmpl, writesData())
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +178,8 @@ func render() (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return map[string][]byte{"status-json.md": statusPage, "failover-budget.md": budget, "admit-json.md": admit, "configuration.md": config, "operations.md": ops, "bridged-data.md": bridged}, nil
+	return map[string][]byte{"failover-budget.md": budget, "admit-json.md": admit, "configuration.md": config, "operations.md": ops,
+		"bridged-data.md": bridged, "writes.md": writes, "status-json.md": statusPage}, nil
 }
 
 func execute(tmpl string, data any) ([]byte, error) {
@@ -206,4 +226,40 @@ func admitExample() (string, error) {
 		return "", err
 	}
 	return b.String(), nil
+}
+
+// exitTable renders failover.ExitStatuses.
+func exitTable() string {
+	var b strings.Builder
+	b.WriteString("| exit status | when | what to do |\n|---|---|---|\n")
+	for _, e := range failover.ExitStatuses {
+		fmt.Fprintf(&b, "| %d | %s | %s |\n", e.Code, e.When, e.Do)
+	}
+	return b.String()
+}
+
+// embeddedDisk are the embedded store's disk numbers, in MB (10^6 bytes,
+// etcd's own unit for WAL segments).
+func embeddedDisk() map[string]any {
+	mb := func(n int64) string { return fmt.Sprintf("%d", (n+999_999)/1_000_000) }
+	seg := etcdembed.WALSegmentBytes()
+	return map[string]any{
+		"WALSegmentMB": mb(seg), "MaxWALFiles": etcdembed.MaxWALFiles, "MaxSnapFiles": etcdembed.MaxSnapFiles,
+		"WALMB": mb(int64(etcdembed.MaxWALFiles+1) * seg), "QuotaMB": mb(etcdembed.QuotaBytes),
+		"Compaction": etcdembed.CompactionRetention, "DiskNeedMB": mb(etcdembed.DiskNeed()),
+		"FirstStartMB": mb(2 * seg), "EmbedClose": admission.FormatSeconds(etcdembed.CloseTimeout),
+	}
+}
+
+// writesData is what docs/writes.md takes from the code: reply codes,
+// bounds and the write route's defaults.
+func writesData() map[string]any {
+	return map[string]any{
+		"Codes": failover.WriteCodes, "MaxRequest": failover.MaxWriteRequestBytes, "MaxID": failover.MaxWriteIDBytes,
+		"MaxTag": failover.MaxWriteTagBytes, "MaxMessage": failover.MaxWriteMessageBytes, "MaxReply": failover.MaxWriteReplyBytes,
+		"QueueDepth": failover.WriteQueueDepth, "IDs": failover.MaxWriteIDsRemembered, "QoS0Backlog": failover.MaxWriteQoS0Backlog,
+		"MaxNumber": tagvalue.MaxNumberLen, "MaxExponent": tagvalue.MaxExponent,
+		"MaxAge": admission.FormatSeconds(routes.DefaultWriteMaxAge), "ClockSkew": admission.FormatSeconds(routes.DefaultWriteClockSkew),
+		"QoS": routes.DefaultWriteQoS,
+	}
 }

@@ -15,7 +15,7 @@ func metricsTable() (string, error) {
 	reg := prometheus.NewPedanticRegistry()
 	m := failover.NewMetrics(reg)
 	// Touch every vector once so Gather reports it with its labels.
-	m.FailureToFull.WithLabelValues("s", "takeover").Observe(0)
+	m.FailureToFull.WithLabelValues("s", failover.CauseOwnerDeath).Observe(0)
 	m.State.WithLabelValues("s", "standby").Set(0)
 	m.Epoch.WithLabelValues("s").Set(0)
 	m.RenewFailures.WithLabelValues("s").Add(0)
@@ -27,6 +27,10 @@ func metricsTable() (string, error) {
 	m.TimingMismatch.WithLabelValues("s").Set(0)
 	m.TimingMismatches.WithLabelValues("s").Add(0)
 	m.SessionUnowned.WithLabelValues("s").Set(0)
+	m.WriteRequests.WithLabelValues("s", "r", "ok").Add(0)
+	m.DeviceUp.WithLabelValues("s", "d").Set(0)
+	m.DeviceLastGood.WithLabelValues("s", "d").Set(0)
+	m.DeviceStepDowns.WithLabelValues("s").Add(0)
 	families, err := reg.Gather()
 	if err != nil {
 		return "", err

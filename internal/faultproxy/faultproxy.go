@@ -11,6 +11,13 @@
 //   - Reset closes every connection (with RST where the platform allows it)
 //     and closes each new connection at once, so clients see a refused or
 //     reset peer. The listening port is kept so a later Pass reuses it.
+//   - DropResponses forwards client->target and silently drops
+//     target->client: requests reach the target and take effect, the client
+//     never hears back. Sockets stay open; new connections reach the target.
+//   - Delay forwards both ways but holds every target->client chunk for the
+//     delay set with SetDelay, measured from when the proxy read it; order
+//     is kept. Chunks already held are still delivered after a change of
+//     mode.
 //
 // It counts current and peak concurrent client connections and, per
 // connection, bytes forwarded, bytes dropped and requests (reads from the
@@ -39,6 +46,10 @@ const (
 	Blackhole
 	// Reset closes every connection and every new one.
 	Reset
+	// DropResponses forwards requests and drops responses.
+	DropResponses
+	// Delay holds responses for the delay set with SetDelay.
+	Delay
 )
 
 // String names the mode.
@@ -50,8 +61,20 @@ func (m Mode) String() string {
 		return "blackhole"
 	case Reset:
 		return "reset"
+	case DropResponses:
+		return "drop-responses"
+	case Delay:
+		return "delay"
 	}
 	return fmt.Sprintf("mode(%d)", int(m))
+}
+
+// dials reports whether a connection accepted in mode m reaches the target.
+func (m Mode) dials() bool { return m == Pass || m == DropResponses || m == Delay }
+
+// forwards reports whether mode m passes a chunk read in one direction.
+func (m Mode) forwards(upward bool) bool {
+	return m == Pass || m == Delay || (m == DropResponses && upward)
 }
 
 // ErrClosed is returned by operations on a closed proxy.
@@ -66,6 +89,13 @@ type ConnStats struct {
 	ID int
 	// Client is the client's address.
 	Client string
+	// UpstreamAddr is the proxy's local address on its connection to the
+	// target: the client address the target sees. Empty when the
+	// connection never reached the target.
+	UpstreamAddr string
+	// Opened is when the proxy registered the connection, before it
+	// forwarded any byte.
+	Opened time.Time
 	// Open is true until both sides are closed.
 	Open bool
 	// Upstream is true when the connection reached the target.
@@ -73,7 +103,8 @@ type ConnStats struct {
 	// BytesUp and BytesDown are bytes forwarded client->target and
 	// target->client.
 	BytesUp, BytesDown int64
-	// DroppedUp and DroppedDown are bytes discarded while blackholed.
+	// DroppedUp and DroppedDown are bytes discarded (Blackhole; DroppedDown
+	// also in DropResponses).
 	DroppedUp, DroppedDown int64
 	// Requests counts reads from the client that were forwarded to the
 	// target; for request/response protocols whose client writes one request
@@ -113,6 +144,7 @@ type Proxy struct {
 	accept  int
 	refused int
 	conns   []*conn
+	delay   time.Duration // responses' hold in Delay mode
 	changed chan struct{} // closed and replaced on every change
 	stop    func() bool
 
@@ -158,10 +190,25 @@ func (p *Proxy) Mode() Mode {
 	return p.mode
 }
 
+// SetDelay sets how long Delay mode holds each response chunk; it takes
+// effect for chunks read after it returns.
+func (p *Proxy) SetDelay(d time.Duration) error {
+	if d < 0 {
+		return fmt.Errorf("faultproxy: set delay %s: must be >= 0", d)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	p.delay = d
+	return nil
+}
+
 // SetMode switches the mode. Switching to Reset closes every connection
 // before it returns.
 func (p *Proxy) SetMode(m Mode) error {
-	if m != Pass && m != Blackhole && m != Reset {
+	if m < Pass || m > Delay {
 		return fmt.Errorf("faultproxy: set mode %v: unknown mode", m)
 	}
 	p.mu.Lock()
@@ -283,7 +330,7 @@ func (p *Proxy) serve(ctx context.Context) {
 		p.mu.Unlock()
 
 		var up net.Conn
-		if mode == Pass {
+		if mode.dials() {
 			d := net.Dialer{Timeout: DialTimeout}
 			up, err = d.DialContext(ctx, "tcp", p.target)
 			if err != nil {
@@ -310,7 +357,10 @@ func (p *Proxy) serve(ctx context.Context) {
 			continue
 		}
 		c := &conn{client: cl, up: up}
-		c.stats = ConnStats{ID: len(p.conns) + 1, Client: cl.RemoteAddr().String(), Open: true, Upstream: up != nil}
+		c.stats = ConnStats{ID: len(p.conns) + 1, Client: cl.RemoteAddr().String(), Open: true, Upstream: up != nil, Opened: time.Now()}
+		if up != nil {
+			c.stats.UpstreamAddr = up.LocalAddr().String()
+		}
 		p.conns = append(p.conns, c)
 		p.current++
 		p.peak = max(p.peak, p.current)
@@ -332,45 +382,127 @@ func (p *Proxy) pump(c *conn, upward bool) {
 	}
 	var err error
 	if src != nil {
-		buf := make([]byte, 32*1024)
-		for {
-			n, rerr := src.Read(buf)
-			if n > 0 {
-				p.mu.Lock()
-				pass := p.mode == Pass && dst != nil
-				switch {
-				case pass && upward:
-					c.stats.BytesUp += int64(n)
-					c.stats.Requests++
-				case pass:
-					c.stats.BytesDown += int64(n)
-				case upward:
-					c.stats.DroppedUp += int64(n)
-				default:
-					c.stats.DroppedDown += int64(n)
-				}
-				p.notifyLocked()
-				p.mu.Unlock()
-				if pass {
-					if _, werr := dst.Write(buf[:n]); werr != nil {
-						err = werr
-						break
-					}
-				}
-			}
-			if rerr != nil {
-				if !errors.Is(rerr, io.EOF) {
-					err = rerr
-				}
-				break
-			}
-		}
+		err = p.copyChunks(c, src, dst, upward)
 	} else {
 		// No target side (accepted while blackholed): nothing to read;
 		// the client's reader ending ends this connection.
 		p.waitEnded(c)
 	}
 	p.finish(c, upward, err)
+}
+
+// copyChunks forwards, holds or drops what src sends until src ends. Once
+// one response has been held, every later one goes through the same line
+// so order is kept.
+func (p *Proxy) copyChunks(c *conn, src, dst net.Conn, upward bool) error {
+	var line *delayLine
+	defer func() {
+		if line != nil {
+			line.close()
+		}
+	}()
+	buf := make([]byte, 32*1024)
+	for {
+		n, rerr := src.Read(buf)
+		if n > 0 {
+			read := time.Now()
+			p.mu.Lock()
+			mode, delay := p.mode, p.delay
+			pass := dst != nil && mode.forwards(upward)
+			switch {
+			case pass && upward:
+				c.stats.BytesUp += int64(n)
+				c.stats.Requests++
+			case pass:
+				c.stats.BytesDown += int64(n)
+			case upward:
+				c.stats.DroppedUp += int64(n)
+			default:
+				c.stats.DroppedDown += int64(n)
+			}
+			p.notifyLocked()
+			p.mu.Unlock()
+			hold := pass && !upward && (mode == Delay || line != nil)
+			switch {
+			case hold:
+				if line == nil {
+					line = newDelayLine(dst)
+				}
+				if mode != Delay {
+					delay = 0
+				}
+				if werr := line.send(buf[:n], read.Add(delay)); werr != nil {
+					return werr
+				}
+			case pass:
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					return werr
+				}
+			}
+		}
+		if rerr != nil {
+			if errors.Is(rerr, io.EOF) {
+				return nil
+			}
+			return rerr
+		}
+	}
+}
+
+// delayLine writes chunks to dst in order, each no earlier than its due
+// instant.
+type delayLine struct {
+	dst  net.Conn
+	q    chan heldChunk
+	done chan struct{}
+	mu   sync.Mutex
+	err  error
+}
+
+type heldChunk struct {
+	due time.Time
+	b   []byte
+}
+
+func newDelayLine(dst net.Conn) *delayLine {
+	l := &delayLine{dst: dst, q: make(chan heldChunk, 1024), done: make(chan struct{})}
+	go l.run()
+	return l
+}
+
+func (l *delayLine) run() {
+	defer close(l.done)
+	for h := range l.q {
+		if d := time.Until(h.due); d > 0 {
+			time.Sleep(d)
+		}
+		if _, err := l.dst.Write(h.b); err != nil {
+			l.mu.Lock()
+			l.err = err
+			l.mu.Unlock()
+			for range l.q { // drain so send never blocks
+			}
+			return
+		}
+	}
+}
+
+// send queues a copy of b; it returns the error of an earlier write.
+func (l *delayLine) send(b []byte, due time.Time) error {
+	l.mu.Lock()
+	err := l.err
+	l.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	l.q <- heldChunk{due: due, b: append([]byte(nil), b...)}
+	return nil
+}
+
+// close delivers what is queued and waits for the writer.
+func (l *delayLine) close() {
+	close(l.q)
+	<-l.done
 }
 
 // waitEnded blocks until the other pump of c has finished.
@@ -390,7 +522,8 @@ func (p *Proxy) waitEnded(c *conn) {
 // Outside a blackhole the first end closes both sockets so a half-closed
 // stream never keeps a connection counted as open. Inside a blackhole the
 // other side stays open: a partition hides a peer's close as well as its
-// bytes, so the client must find out through its own keepalive.
+// bytes, so the client must find out through its own keepalive. Dropped
+// responses hide the target's close the same way.
 func (p *Proxy) finish(c *conn, upward bool, err error) {
 	p.mu.Lock()
 	c.ended++
@@ -404,7 +537,9 @@ func (p *Proxy) finish(c *conn, upward bool, err error) {
 		c.stats.Open = false
 		p.current--
 	}
-	hide := first && p.mode == Blackhole && !p.closed && c.up != nil
+	// DropResponses hides the target's end as it hides its bytes; the
+	// client's end is a request and passes.
+	hide := first && !p.closed && c.up != nil && (p.mode == Blackhole || (p.mode == DropResponses && !upward))
 	p.notifyLocked()
 	p.mu.Unlock()
 	switch {

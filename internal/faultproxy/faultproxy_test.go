@@ -365,7 +365,7 @@ func TestUnknownMode(t *testing.T) {
 	if p.Mode() != Pass {
 		t.Fatalf("mode %v after a refused change", p.Mode())
 	}
-	if Blackhole.String() != "blackhole" || Mode(42).String() != "mode(42)" {
+	if Blackhole.String() != "blackhole" || DropResponses.String() != "drop-responses" || Delay.String() != "delay" || Mode(42).String() != "mode(42)" {
 		t.Fatal("mode names")
 	}
 }
@@ -391,5 +391,128 @@ func expectRefused(t *testing.T, p *Proxy) {
 	_ = c.SetReadDeadline(time.Now().Add(waitTimeout))
 	if _, err := c.Read(make([]byte, 1)); err == nil || isTimeout(err) {
 		t.Fatalf("connection not refused: %v", err)
+	}
+}
+
+// Dropped responses: the request reaches the target and is counted, the
+// reply never reaches the client, the socket stays open, and a connection
+// made meanwhile still reaches the target.
+func TestDropResponsesForwardsRequestsOnly(t *testing.T) {
+	tg := newTarget(t)
+	p := start(t, tg.ln.Addr().String())
+	c := dial(t, p)
+	srv := tg.next(t)
+	waitFor(t, p, "registered", func(s Stats) bool { return s.Current == 1 })
+	if err := p.SetMode(DropResponses); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write([]byte("renew")); err != nil {
+		t.Fatal(err)
+	}
+	if got := readN(t, srv, 5); string(got) != "renew" {
+		t.Fatalf("target got %q, want the request", got)
+	}
+	if _, err := srv.Write([]byte("ack!")); err != nil {
+		t.Fatal(err)
+	}
+	s := waitFor(t, p, "dropped reply", func(s Stats) bool { return s.Conns[0].DroppedDown == 4 })
+	if cs := s.Conns[0]; cs.BytesUp != 5 || cs.Requests != 1 || cs.BytesDown != 0 || cs.DroppedUp != 0 || !cs.Open {
+		t.Fatalf("stats while dropping responses %+v", cs)
+	}
+
+	c2 := dial(t, p)
+	srv2 := tg.next(t)
+	if _, err := c2.Write([]byte("hi")); err != nil {
+		t.Fatal(err)
+	}
+	if got := readN(t, srv2, 2); string(got) != "hi" {
+		t.Fatalf("new connection's target got %q", got)
+	}
+	if s := waitFor(t, p, "second conn", func(s Stats) bool { return len(s.Conns) == 2 }); !s.Conns[1].Upstream {
+		t.Fatalf("connection accepted while dropping responses did not reach the target: %+v", s.Conns[1])
+	}
+
+	// The target's close is hidden like its bytes.
+	srv2.Close()
+	_ = c2.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if _, err := c2.Read(make([]byte, 1)); !isTimeout(err) {
+		t.Fatalf("client saw %v of a target whose responses are dropped, want nothing", err)
+	}
+
+	if err := p.SetMode(Pass); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Write([]byte("ok")); err != nil {
+		t.Fatal(err)
+	}
+	if got := readN(t, c, 2); string(got) != "ok" {
+		t.Fatalf("client got %q after pass, want only the new reply", got)
+	}
+}
+
+// Delay holds each response for the set delay, keeps order, leaves
+// requests alone, and delivers what it holds after a switch back to Pass.
+func TestDelayHoldsResponsesInOrder(t *testing.T) {
+	tg := newTarget(t)
+	p := start(t, tg.ln.Addr().String())
+	c := dial(t, p)
+	srv := tg.next(t)
+	waitFor(t, p, "registered", func(s Stats) bool { return s.Current == 1 })
+	if err := p.SetDelay(-time.Second); err == nil {
+		t.Fatal("negative delay accepted")
+	}
+	const hold = 150 * time.Millisecond
+	if err := p.SetDelay(hold); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetMode(Delay); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write([]byte("req")); err != nil {
+		t.Fatal(err)
+	}
+	if got := readN(t, srv, 3); string(got) != "req" {
+		t.Fatalf("target got %q", got)
+	}
+	sent := time.Now()
+	if _, err := srv.Write([]byte("one")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, p, "first chunk read", func(s Stats) bool { return s.Conns[0].BytesDown == 3 })
+	if _, err := srv.Write([]byte("two")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, p, "second chunk read", func(s Stats) bool { return s.Conns[0].BytesDown == 6 })
+	// Switching back still delivers what is held, after it, in order.
+	if err := p.SetMode(Pass); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Write([]byte("3")); err != nil {
+		t.Fatal(err)
+	}
+	got := readN(t, c, 7)
+	// A delay can only make delivery later: this lower bound cannot flake.
+	if el := time.Since(sent); el < hold {
+		t.Fatalf("response delivered %s after it was sent, want >= %s", el, hold)
+	}
+	if string(got) != "onetwo3" {
+		t.Fatalf("client got %q, want the responses in order", got)
+	}
+	if s := p.Stats(); s.Conns[0].DroppedDown != 0 || s.Conns[0].Requests != 1 {
+		t.Fatalf("stats %+v", s.Conns[0])
+	}
+}
+
+// UpstreamAddr is the address the target sees, so a target's own request
+// log can be matched to the proxy's connection.
+func TestUpstreamAddrIsWhatTheTargetSees(t *testing.T) {
+	tg := newTarget(t)
+	p := start(t, tg.ln.Addr().String())
+	before := time.Now()
+	dial(t, p)
+	srv := tg.next(t)
+	s := waitFor(t, p, "registered", func(s Stats) bool { return s.Current == 1 })
+	if cs := s.Conns[0]; cs.UpstreamAddr != srv.RemoteAddr().String() || cs.Opened.Before(before) {
+		t.Fatalf("conn %+v; target sees %s", cs, srv.RemoteAddr())
 	}
 }

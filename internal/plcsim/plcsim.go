@@ -38,6 +38,25 @@ type PLC struct {
 	mu      sync.Mutex
 	holding [64]uint16
 	coils   [16]bool
+	writes  []Write
+}
+
+// Write is one write request the PLC served: the device-side witness of
+// what reached it.
+type Write struct {
+	At time.Time
+	// Addr is the first holding register or coil written; Values the
+	// registers written (Coil false) or the coils as 0/1 (Coil true).
+	Addr   uint16
+	Values []uint16
+	Coil   bool
+}
+
+// Writes returns every write request served so far, in order.
+func (p *PLC) Writes() []Write {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]Write(nil), p.writes...)
 }
 
 // Start listens on a free loopback port, puts a counting proxy in front and
@@ -137,6 +156,15 @@ func (p *PLC) HandleCoils(req *mbserver.CoilsRequest) ([]bool, error) {
 	defer p.mu.Unlock()
 	if req.IsWrite {
 		copy(p.coils[req.Addr:], req.Args)
+		w := Write{At: time.Now(), Addr: req.Addr, Coil: true}
+		for _, c := range req.Args {
+			v := uint16(0)
+			if c {
+				v = 1
+			}
+			w.Values = append(w.Values, v)
+		}
+		p.writes = append(p.writes, w)
 		return nil, nil
 	}
 	return append([]bool(nil), p.coils[req.Addr:req.Addr+req.Quantity]...), nil
@@ -161,6 +189,7 @@ func (p *PLC) HandleHoldingRegisters(req *mbserver.HoldingRegistersRequest) ([]u
 	defer p.mu.Unlock()
 	if req.IsWrite {
 		copy(p.holding[req.Addr:], req.Args)
+		p.writes = append(p.writes, Write{At: time.Now(), Addr: req.Addr, Values: append([]uint16(nil), req.Args...)})
 		return nil, nil
 	}
 	return append([]uint16(nil), p.holding[req.Addr:req.Addr+req.Quantity]...), nil

@@ -40,6 +40,9 @@ type Session struct {
 	OwnerDeathNS       *int64                      `json:"owner_death_ns"`
 	BrokerPathNS       *int64                      `json:"broker_path_ns"`
 	BrokerPathFailover string                      `json:"broker_path_failover"`
+	DevicePathNS       *int64                      `json:"device_path_ns"`
+	DevicePathFailover string                      `json:"device_path_failover"`
+	DevicePathCooldown *int64                      `json:"device_path_cooldown_ns"`
 	FailoverSLONS      *int64                      `json:"failover_slo_ns"`
 	Terms              map[string]map[string]int64 `json:"terms"`
 	Timing             admission.Timing            `json:"timing"`
@@ -71,6 +74,7 @@ func FromReports(cfg *routes.Config, sessions []routes.Session, reports []admiss
 			Routes:             sessions[i].Routes,
 			Admitted:           r.Admitted(),
 			BrokerPathFailover: r.BrokerPathFailover,
+			DevicePathFailover: r.DevicePathFailover,
 			Terms:              map[string]map[string]int64{},
 			Timing:             r.Timing,
 			ActivationNS:       int64(r.Activation),
@@ -85,6 +89,11 @@ func FromReports(cfg *routes.Config, sessions []routes.Session, reports []admiss
 		if r.BrokerPath != nil {
 			s.BrokerPathNS = ns(r.BrokerPath.Total)
 			s.Terms["broker_path"] = termMap(*r.BrokerPath)
+		}
+		if r.DevicePath != nil {
+			s.DevicePathNS = ns(r.DevicePath.Total)
+			s.DevicePathCooldown = ns(r.DevicePathCooldown)
+			s.Terms["device_path"] = termMap(*r.DevicePath)
 		}
 		if r.FailoverSLO != nil {
 			s.FailoverSLONS = ns(*r.FailoverSLO)
@@ -141,6 +150,12 @@ func WriteText(w io.Writer, cfg *routes.Config, sessions []routes.Session, repor
 			fmt.Fprintf(w, "  broker_path_failover: off (broker_health_step_down: off; the objective covers owner death alone)\n")
 		default:
 			fmt.Fprintf(w, "  broker_path_failover: undecided (broker_health_step_down omitted)\n")
+		}
+		if r.DevicePath != nil {
+			writeBudget(w, "device-path budget", *r.DevicePath)
+			fmt.Fprintf(w, "  device_path_cooldown: %s (a node that released the session for its device path does not compete for it this long)\n", fs(r.DevicePathCooldown))
+		} else {
+			fmt.Fprintf(w, "  device_path_failover: off (device_path_step_down: off; an unreachable device keeps its owner, which publishes the outage)\n")
 		}
 		fmt.Fprintf(w, "  self-fence: the owner closes %s after sending its last successful renew (lease_ttl %s - close bound %s - clock-rate margin %s)\n",
 			fs(r.FenceAfter), fs(r.Timing.LeaseTTL), fs(r.CloseBound), fs(admission.ClockRateMargin(r.Timing.LeaseTTL)))
@@ -242,14 +257,17 @@ func WriteProfile(w io.Writer, p Profile) {
 	tw.Flush()
 }
 
-// ProfileTable renders the shipped profiles as the Markdown table of
-// docs/failover-budget.md.
-func ProfileTable() (string, error) {
+// ProfileTable renders the shipped profiles (modes, or every one when
+// none is given) as the Markdown table of docs/failover-budget.md.
+func ProfileTable(modes ...admission.Mode) (string, error) {
+	if len(modes) == 0 {
+		modes = Profiles
+	}
 	var b strings.Builder
 	b.WriteString("| Profile | lease_ttl | renew_interval | lease_renew_jitter | renew_call_timeout | acquire_poll_interval | step_down_grace | Owner-death budget | Broker-path budget |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
 	short := admission.FormatSecondsShort
-	for _, m := range Profiles {
+	for _, m := range modes {
 		p, err := EvaluateProfile(m)
 		if err != nil {
 			return "", err

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -64,6 +65,10 @@ type Bridge struct {
 	KeyPrefix string
 	// Topic is the poll route's topic template.
 	Topic string
+	// Manager and BrokerExtra are extra YAML lines for the manager block
+	// (indented two spaces, one key per line) and extra keys for the
+	// broker's flow mapping ("username: u, password_file: f").
+	Manager, BrokerExtra string
 }
 
 // KeepAlive is the MQTT keepalive of Config; the broker-path budget adds
@@ -75,6 +80,13 @@ const KeepAlive = time.Second
 // Modbus PLC polled every 50 ms into a poll route, and a write route on
 // w/req -> w/resp.
 func Config(b Bridge) string {
+	extra := ""
+	if b.BrokerExtra != "" {
+		extra = ", " + b.BrokerExtra
+	}
+	if b.Manager != "" && !strings.HasSuffix(b.Manager, "\n") {
+		b.Manager += "\n"
+	}
 	httpLine := ""
 	if b.HTTP != "" {
 		httpLine = "http_listen: " + b.HTTP + "\n"
@@ -91,8 +103,8 @@ manager:
   step_down_grace: 300ms
   broker_health_step_down: 1s
   failover_slo: 60s
-brokers:
-  local: {url: "%s", keepalive: %s, connect_timeout: 1s, reconcile_timeout: 1s, unmatched_grace: 300ms, close_timeout: 200ms}
+%sbrokers:
+  local: {url: "%s", keepalive: %s, connect_timeout: 1s, reconcile_timeout: 1s, unmatched_grace: 300ms, close_timeout: 200ms%s}
 devices:
   plc:
     kind: modbus_tcp
@@ -109,5 +121,5 @@ devices:
 routes:
   - {name: telemetry, session: plc, kind: poll, device: plc, broker: local, publish: every_poll, topic: "%s"}
   - {name: commands, session: plc, kind: write, device: plc, broker: local, request_topic: w/req, reply_topic: w/resp, qos: 1}
-`, b.Node, httpLine, b.Etcd, b.KeyPrefix, b.Broker, KeepAlive, b.PLC, b.Topic)
+`, b.Node, httpLine, b.Etcd, b.KeyPrefix, b.Manager, b.Broker, KeepAlive, extra, b.PLC, b.Topic)
 }

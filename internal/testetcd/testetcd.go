@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
@@ -392,4 +393,24 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// EnableAuth creates user root with password and turns authentication on,
+// so a client must authenticate before any call.
+func (c *Cluster) EnableAuth(ctx context.Context, password string) error {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: startTimeout, Logger: zap.NewNop()})
+	if err != nil {
+		return fmt.Errorf("testetcd: enable auth: %w", err)
+	}
+	defer cli.Close()
+	if _, err := cli.UserAdd(ctx, "root", password); err != nil {
+		return fmt.Errorf("testetcd: add user root: %w", err)
+	}
+	if _, err := cli.UserGrantRole(ctx, "root", "root"); err != nil {
+		return fmt.Errorf("testetcd: grant root: %w", err)
+	}
+	if _, err := cli.AuthEnable(ctx); err != nil {
+		return fmt.Errorf("testetcd: auth enable: %w", err)
+	}
+	return nil
 }

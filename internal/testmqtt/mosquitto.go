@@ -39,6 +39,10 @@ type MosquittoConfig struct {
 	// Persistence keeps sessions and queued messages across Stop and
 	// Restart (in the broker's temporary directory).
 	Persistence bool
+	// MaxQueuedMessages is max_queued_messages, the messages the broker
+	// queues per client beyond its in-flight window; 0 keeps mosquitto's
+	// default (1000), -1 writes 0 (no limit).
+	MaxQueuedMessages int
 }
 
 // Mosquitto is a running Debian mosquitto broker on 127.0.0.1.
@@ -101,6 +105,12 @@ func StartMosquitto(t testing.TB, cfg MosquittoConfig) *Mosquitto {
 		b.WriteString("autosave_on_changes true\nautosave_interval 1\n")
 	} else {
 		b.WriteString("persistence false\n")
+	}
+	switch {
+	case cfg.MaxQueuedMessages < 0:
+		b.WriteString("max_queued_messages 0\n")
+	case cfg.MaxQueuedMessages > 0:
+		fmt.Fprintf(&b, "max_queued_messages %d\n", cfg.MaxQueuedMessages)
 	}
 	if len(cfg.Users) > 0 {
 		pw := filepath.Join(m.Dir, "passwd")

@@ -15,10 +15,12 @@ import (
 	"fmt"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/leasebridge/leasebridge/internal/redact"
 	"github.com/leasebridge/leasebridge/lease"
 )
 
@@ -39,8 +41,14 @@ type Config struct {
 	CallTimeout time.Duration
 }
 
-// ErrConfig reports an unusable store configuration.
-var ErrConfig = errors.New("lease: invalid etcd store config")
+// Sentinel errors.
+var (
+	// ErrConfig reports an unusable store configuration.
+	ErrConfig = errors.New("lease: invalid etcd store config")
+	// ErrAuth reports a store that refused the configured user name and
+	// password: a configuration mistake, not an outage.
+	ErrAuth = errors.New("etcdstore: the lease store refused the credentials")
+)
 
 // Store is a lease.Store on etcd.
 type Store struct {
@@ -76,7 +84,10 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		Context:     context.WithoutCancel(ctx),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: connect to %v: %w", lease.ErrUnavailable, cfg.Endpoints, err)
+		if e := rpctypes.Error(err); e == rpctypes.ErrAuthFailed || e == rpctypes.ErrPermissionDenied {
+			return nil, fmt.Errorf("%w: user %q at %v: %w", ErrAuth, cfg.Username, redact.URLs(cfg.Endpoints), err)
+		}
+		return nil, fmt.Errorf("%w: connect to %v: %w", lease.ErrUnavailable, redact.URLs(cfg.Endpoints), err)
 	}
 	return &Store{cli: cli, prefix: cfg.KeyPrefix, timeout: cfg.CallTimeout}, nil
 }
@@ -109,6 +120,21 @@ func (s *Store) Read(ctx context.Context, key string) (lease.Row, int64, error) 
 		return lease.Row{}, 0, fmt.Errorf("etcdstore: key %q holds %q, not a lease row: %w", k, kv.Value, err)
 	}
 	return row, kv.ModRevision, nil
+}
+
+// healthKey is the key Ping counts; no row lives there.
+const healthKey = "\x00health"
+
+// Ping implements lease.Pinger with a linearizable count-only read of one
+// key: the leader confirms its read index, so an answer means a quorum is
+// reachable, and the reply carries no row.
+func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	if _, err := s.cli.Get(ctx, s.prefix+healthKey, clientv3.WithCountOnly()); err != nil {
+		return fmt.Errorf("%w: ping: %w", lease.ErrUnavailable, err)
+	}
+	return nil
 }
 
 // ReadAuthoritative implements lease.Store. etcd's default read is
@@ -144,7 +170,8 @@ func (s *Store) CompareAndSwap(ctx context.Context, key string, expect int64, ro
 }
 
 // Release implements lease.Store.
-func (s *Store) Release(ctx context.Context, key string, expect int64, epoch uint64) error {
-	_, err := s.CompareAndSwap(ctx, key, expect, lease.Row{Epoch: epoch})
+func (s *Store) Release(ctx context.Context, key string, expect int64, row lease.Row) error {
+	row.Owner, row.Node = "", ""
+	_, err := s.CompareAndSwap(ctx, key, expect, row)
 	return err
 }

@@ -68,7 +68,7 @@ func TestTLSAndAuth(t *testing.T) {
 	if _, err := st.CompareAndSwap(ctx, "s", 0, row); !errors.Is(err, lease.ErrConflict) {
 		t.Fatalf("CAS on a stale version: %v, want ErrConflict", err)
 	}
-	if err := st.Release(ctx, "s", v, 1); err != nil {
+	if err := st.Release(ctx, "s", v, lease.Row{Epoch: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if got, _, err := st.ReadAuthoritative(ctx, "s"); err != nil || (lease.Row{Owner: got.Owner, Node: got.Node, Epoch: got.Epoch}) != (lease.Row{Epoch: 1}) {

@@ -600,7 +600,7 @@ func (s *sim) apply(who string, op lease.Op) lease.Result {
 	case lease.OpCAS:
 		r.Version, r.Err = s.store.CompareAndSwap(ctx, op.Key, op.Expect, op.Row)
 	case lease.OpRelease:
-		r.Err = s.store.Release(ctx, op.Key, op.Expect, op.Row.Epoch)
+		r.Err = s.store.Release(ctx, op.Key, op.Expect, op.Row)
 	}
 	if r.Err == nil && (op.Kind == lease.OpCAS || op.Kind == lease.OpRelease) {
 		s.landed(who, op)

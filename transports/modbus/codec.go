@@ -165,14 +165,20 @@ func encodeRegisters(t *tag, v any) ([]byte, error) {
 	n = tagvalue.Unscale(n, t.scale, t.offset)
 	var big []byte
 	switch t.typ {
-	case typeFloat32:
-		f := n.Float()
-		if math.Abs(f) > math.MaxFloat32 && !math.IsInf(f, 0) {
-			return nil, fmt.Errorf("%w: %v out of float32 range", ErrValue, f)
+	case typeFloat32, typeFloat64:
+		bits := uint(32)
+		if t.typ == typeFloat64 {
+			bits = 64
 		}
-		big = binary.BigEndian.AppendUint32(nil, math.Float32bits(float32(f)))
-	case typeFloat64:
-		big = binary.BigEndian.AppendUint64(nil, math.Float64bits(n.Float()))
+		f, err := tagvalue.Float(n, bits)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrValue, err)
+		}
+		if bits == 32 {
+			big = binary.BigEndian.AppendUint32(nil, math.Float32bits(float32(f)))
+		} else {
+			big = binary.BigEndian.AppendUint64(nil, math.Float64bits(f))
+		}
 	default:
 		bits := uint(16 * t.typ.registers(0))
 		signedType := t.typ == typeInt16 || t.typ == typeInt32 || t.typ == typeInt64

@@ -36,7 +36,10 @@ func TestEncodeRegisters(t *testing.T) {
 		{tag{typ: typeUint16, order: ABCD}, -1, nil, "modbus: invalid value: -1 below the uint16 minimum 0"},
 		{tag{typ: typeInt32, order: ABCD}, 1.5e10, nil, "modbus: invalid value: 15000000000 above the int32 maximum"},
 		{tag{typ: typeUint64, order: ABCD}, "x", nil, `modbus: invalid value: "x" is not a number`},
-		{tag{typ: typeInt64, order: ABCD}, 1e300, nil, "modbus: invalid value: 1e+300 out of range"},
+		{tag{typ: typeInt64, order: ABCD}, 1e300, nil, "modbus: invalid value: 1e+300 above the int64 maximum"},
+		{tag{typ: typeInt16, order: ABCD}, 1.5, nil, "modbus: invalid value: 1.5 is not an integer (the tag is int16; values are never rounded)"},
+		{tag{typ: typeInt16, order: ABCD, scale: &tenth}, 2.55, nil, "modbus: invalid value: 25.5 is not an integer (the tag is int16; values are never rounded)"},
+		{tag{typ: typeFloat32, order: ABCD}, "1e39", nil, "modbus: invalid value: 1e+39 out of the float32 range"},
 	} {
 		got, err := encodeRegisters(&tc.tag, tc.v)
 		if tc.err != "" {

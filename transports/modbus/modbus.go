@@ -39,7 +39,7 @@ var (
 	// ErrType reports a value type the package does not know.
 	ErrType = errors.New("modbus: unknown type")
 	// ErrValue reports a written value that does not fit its tag.
-	ErrValue = errors.New("modbus: invalid value")
+	ErrValue = transports.Sentinel("modbus: invalid value", transports.ErrBadValue)
 	// ErrFrame reports a malformed reply; the connection is closed.
 	ErrFrame = errors.New("modbus: malformed reply")
 	// ErrTimeout reports a device that did not answer within the request
@@ -57,11 +57,11 @@ var (
 	// ErrNotOpen reports a poll or write before Open.
 	ErrNotOpen = errors.New("modbus: transport not open")
 	// ErrUnknownTag reports a write to a tag the device does not define.
-	ErrUnknownTag = errors.New("modbus: unknown tag")
+	ErrUnknownTag = transports.Sentinel("modbus: unknown tag", transports.ErrUnknownTag)
 	// ErrUnknownGroup reports a poll of a group the device does not define.
 	ErrUnknownGroup = errors.New("modbus: unknown poll group")
 	// ErrReadOnly reports a write to a tag not marked writable.
-	ErrReadOnly = errors.New("modbus: tag not writable")
+	ErrReadOnly = transports.Sentinel("modbus: tag not writable", transports.ErrReadOnly)
 )
 
 func init() {

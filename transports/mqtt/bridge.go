@@ -41,7 +41,12 @@ type Bridge struct {
 	in, out       chan pending
 	forwarded     [2]atomic.Int64
 	dropped       atomic.Int64
+	refused       atomic.Int64
 	run           sync.Mutex
+	// commands are the write request filters on each target broker (in:
+	// local, out: remote): a retained message is never forwarded into
+	// them.
+	commands [2][]string
 }
 
 type pending struct {
@@ -135,9 +140,31 @@ func (m mapping) target(topic string) string {
 	return m.to + strings.TrimPrefix(topic, m.prefix)
 }
 
+// RefuseRetainedInto names the write request filters on the local and on
+// the remote broker. A message the source delivers retained (a stored
+// message, sent because the bridge subscribed, e.g. at every takeover)
+// whose target matches one of them is acknowledged and not forwarded: a
+// stale command must not reach a write route. Call it before Run.
+func (b *Bridge) RefuseRetainedInto(local, remote []string) {
+	b.commands = [2][]string{local, remote}
+}
+
+// RetainedRefused counts retained messages not forwarded into a write
+// request topic.
+func (b *Bridge) RetainedRefused() int64 { return b.refused.Load() }
+
 func (b *Bridge) enqueue(m mapping, q chan pending) func(Message) {
+	dir := 0
+	if m.dir == Out {
+		dir = 1
+	}
 	return func(msg Message) {
 		p := pending{m: msg, dst: m.target(msg.Topic), qos: m.qos}
+		if msg.Retained && matchesAny(b.commands[dir], p.dst) {
+			b.refused.Add(1)
+			msg.Ack()
+			return
+		}
 		if msg.QoS == 0 {
 			// At most once: never hold up the source for it.
 			select {
@@ -209,4 +236,31 @@ func (b *Bridge) forward(ctx context.Context, q <-chan pending, dst *Client, dir
 			}
 		}
 	}
+}
+
+// matchesAny reports whether topic matches one of the MQTT filters.
+func matchesAny(filters []string, topic string) bool {
+	for _, f := range filters {
+		if TopicMatches(f, topic) {
+			return true
+		}
+	}
+	return false
+}
+
+// TopicMatches reports whether topic matches the MQTT filter (+ one level,
+// # the rest, including the parent level).
+func TopicMatches(filter, topic string) bool {
+	fs, ts := strings.Split(filter, "/"), strings.Split(topic, "/")
+	for i, f := range fs {
+		switch {
+		case f == "#":
+			return true
+		case i >= len(ts):
+			return false
+		case f != "+" && f != ts[i]:
+			return false
+		}
+	}
+	return len(fs) == len(ts)
 }

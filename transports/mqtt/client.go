@@ -154,7 +154,7 @@ func (c *Client) ClientID() string { return c.s.clientID }
 // StatusTopic is the session's status topic.
 func (c *Client) StatusTopic() string { return c.s.statusTopic }
 
-// URL is the broker URL.
+// URL is the broker URL, its password redacted.
 func (c *Client) URL() string { return c.s.url.String() }
 
 // ActivationBound is 3*connect + 3*reconcile + 2*unmatched_grace, computed
@@ -436,7 +436,7 @@ func (c *Client) connect(ctx context.Context) (paho.Client, error) {
 	c.mu.Unlock()
 
 	o := paho.NewClientOptions()
-	o.AddBroker(c.s.url.String())
+	o.AddBroker(c.s.url.URL.String()) // the full URL: paho reads its userinfo
 	o.SetClientID(c.s.clientID)
 	// Explicit, so paho never falls back to 3.1 with a fresh timeout.
 	o.SetProtocolVersion(c.s.protocol)

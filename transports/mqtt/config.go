@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leasebridge/leasebridge/admission"
+	"github.com/leasebridge/leasebridge/internal/redact"
 	"github.com/leasebridge/leasebridge/routes"
 )
 
@@ -66,9 +67,17 @@ type Config struct {
 	CleanSession bool
 }
 
+// brokerURL is the broker's URL. It prints redacted (a password in its
+// userinfo becomes xxxxx) because errors and logs print it with %s; paho
+// gets the full URL, whose userinfo it uses as the credentials.
+type brokerURL struct{ *url.URL }
+
+// String returns the URL with its password redacted.
+func (u brokerURL) String() string { return redact.URL(u.URL.String()) }
+
 // settings is a Config resolved once: defaults applied and checked.
 type settings struct {
-	url         *url.URL
+	url         brokerURL
 	clientID    string
 	statusTopic string
 	protocol    uint
@@ -100,18 +109,19 @@ func resolve(cfg Config) (*settings, error) {
 	s.clientID = repl.Replace(s.clientID)
 	s.statusTopic = strings.NewReplacer("{session}", cfg.Session).Replace(s.statusTopic)
 
+	shown := redact.URL(b.URL)
 	u, err := url.Parse(b.URL)
 	if err != nil || u.Host == "" || u.Port() == "" {
-		return nil, fmt.Errorf("%w: broker url %q: want scheme://host:port", ErrConfig, b.URL)
+		return nil, fmt.Errorf("%w: broker url %q: want scheme://host:port", ErrConfig, shown)
 	}
-	s.url = u
+	s.url = brokerURL{u}
 	secure := false
 	switch u.Scheme {
 	case "tcp", "mqtt", "ws":
 	case "ssl", "tls", "mqtts", "wss":
 		secure = true
 	default:
-		return nil, fmt.Errorf("%w: broker url %q: scheme %q unsupported (tcp, mqtt, ssl, tls, mqtts, ws, wss)", ErrConfig, b.URL, u.Scheme)
+		return nil, fmt.Errorf("%w: broker url %q: scheme %q unsupported (tcp, mqtt, ssl, tls, mqtts, ws, wss)", ErrConfig, shown, u.Scheme)
 	}
 	switch b.ProtocolVersion {
 	case 0, 4:
@@ -119,34 +129,34 @@ func resolve(cfg Config) (*settings, error) {
 	case 3:
 		s.protocol = 3
 	case 5:
-		return nil, fmt.Errorf("broker %s: %w", b.URL, ErrMQTT5)
+		return nil, fmt.Errorf("broker %s: %w", shown, ErrMQTT5)
 	default:
-		return nil, fmt.Errorf("%w: broker %s: protocol_version %d: want 3 (MQTT 3.1) or 4 (MQTT 3.1.1)", ErrConfig, b.URL, b.ProtocolVersion)
+		return nil, fmt.Errorf("%w: broker %s: protocol_version %d: want 3 (MQTT 3.1) or 4 (MQTT 3.1.1)", ErrConfig, shown, b.ProtocolVersion)
 	}
 	// paho counts the keepalive in whole seconds; a fraction would be
 	// silently truncated and the detection bound would lie.
 	if s.keepAlive < time.Second || s.keepAlive%time.Second != 0 {
-		return nil, fmt.Errorf("%w: broker %s: keepalive %v: want a whole number of seconds, at least 1s", ErrConfig, b.URL, s.keepAlive)
+		return nil, fmt.Errorf("%w: broker %s: keepalive %v: want a whole number of seconds, at least 1s", ErrConfig, shown, s.keepAlive)
 	}
 	for name, d := range map[string]time.Duration{"connect_timeout": s.connect, "reconcile_timeout": s.reconcile, "unmatched_grace": s.grace, "close_timeout": s.close} {
 		if d < 0 {
-			return nil, fmt.Errorf("%w: broker %s: %s %v is negative", ErrConfig, b.URL, name, d)
+			return nil, fmt.Errorf("%w: broker %s: %s %v is negative", ErrConfig, shown, name, d)
 		}
 	}
 	s.bound, err = admission.MQTTActivationBound(s.connect, s.reconcile, s.grace)
 	if err != nil {
-		return nil, fmt.Errorf("%w: broker %s: activation bound: %w", ErrConfig, b.URL, err)
+		return nil, fmt.Errorf("%w: broker %s: activation bound: %w", ErrConfig, shown, err)
 	}
 	if b.TLS != nil && !secure {
-		return nil, fmt.Errorf("%w: broker %s: tls is configured but the url scheme %q is not a TLS scheme (ssl, tls, mqtts, wss)", ErrConfig, b.URL, u.Scheme)
+		return nil, fmt.Errorf("%w: broker %s: tls is configured but the url scheme %q is not a TLS scheme (ssl, tls, mqtts, wss)", ErrConfig, shown, u.Scheme)
 	}
 	if secure {
 		if s.tls, err = tlsConfig(b.TLS); err != nil {
-			return nil, fmt.Errorf("%w: broker %s: %w", ErrConfig, b.URL, err)
+			return nil, fmt.Errorf("%w: broker %s: %w", ErrConfig, shown, err)
 		}
 	}
 	if b.PasswordFile != "" && b.PasswordEnv != "" {
-		return nil, fmt.Errorf("%w: broker %s: password_file and password_env are both set", ErrConfig, b.URL)
+		return nil, fmt.Errorf("%w: broker %s: password_file and password_env are both set", ErrConfig, shown)
 	}
 	// Read once now so a missing file or variable fails at build time, not
 	// first at activation; every connect reads it again (rotation).

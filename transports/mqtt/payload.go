@@ -49,6 +49,9 @@ const (
 	// StateServing: ServiceLevelFull, the owner is connected, subscribed and
 	// has published its first good value.
 	StateServing = "serving"
+	// StateDegraded: the owner serves, but a device does not answer; its
+	// values are published with bad quality until it does.
+	StateDegraded = "degraded"
 	// StateReleased: the owner gave the lease up in an orderly way.
 	StateReleased = "released"
 	// StateLost: the broker published the owner's last will: its
@@ -60,6 +63,11 @@ const (
 //
 //	{"session":"press-1","owner":"gw-a-8f3k","node":"gw-a","epoch":7,
 //	 "state":"serving","service_level_full":true,"timestamp":1764556800123}
+//
+// Timestamp is when the reported event happened. The last will ("lost")
+// has none: it is fixed when the connection is made and the broker
+// publishes it when it notices the loss, an instant its owner cannot know;
+// it carries ConnectedAt, the start of the connection it ends.
 type StatusMessage struct {
 	Session          string `json:"session"`
 	Owner            string `json:"owner"`
@@ -67,7 +75,8 @@ type StatusMessage struct {
 	Epoch            uint64 `json:"epoch"`
 	State            string `json:"state"`
 	ServiceLevelFull bool   `json:"service_level_full"`
-	Timestamp        int64  `json:"timestamp"`
+	Timestamp        int64  `json:"timestamp,omitempty"`
+	ConnectedAt      int64  `json:"connected_at,omitempty"`
 }
 
 // EncodeValue renders one value with the session's epoch. The bytes are
@@ -260,9 +269,13 @@ func EncodeGroup(vs []transports.Value, epoch uint64) ([]byte, error) {
 	return b, nil
 }
 
-// EncodeStatus renders a status message; a zero Timestamp becomes now.
+// EncodeStatus renders a status message; a zero Timestamp becomes now,
+// except for the last will ("lost"), whose zero ConnectedAt becomes now.
 func EncodeStatus(s StatusMessage) []byte {
-	if s.Timestamp == 0 {
+	switch {
+	case s.State == StateLost && s.ConnectedAt == 0:
+		s.ConnectedAt = millis(time.Now())
+	case s.State != StateLost && s.Timestamp == 0:
 		s.Timestamp = millis(time.Now())
 	}
 	b, err := json.Marshal(s)

@@ -63,8 +63,14 @@ func TestEncodeStatus(t *testing.T) {
 		t.Fatalf("status %s", b)
 	}
 	var s StatusMessage
-	if err := json.Unmarshal(EncodeStatus(StatusMessage{State: StateLost}), &s); err != nil || s.Timestamp == 0 {
+	if err := json.Unmarshal(EncodeStatus(StatusMessage{State: StateReleased}), &s); err != nil || s.Timestamp == 0 {
 		t.Fatalf("zero timestamp not filled: %+v %v", s, err)
+	}
+	// The will is written at connect: it names the connection, not the
+	// unknown instant of its loss.
+	lost := EncodeStatus(StatusMessage{State: StateLost})
+	if err := json.Unmarshal(lost, &s); err != nil || s.ConnectedAt == 0 || strings.Contains(string(lost), `"timestamp"`) {
+		t.Fatalf("lost status %s: want connected_at and no timestamp", lost)
 	}
 }
 

@@ -30,6 +30,7 @@ import (
 	"github.com/gopcua/opcua/id"
 	"github.com/gopcua/opcua/ua"
 
+	"github.com/leasebridge/leasebridge/internal/redact"
 	"github.com/leasebridge/leasebridge/routes"
 	"github.com/leasebridge/leasebridge/transports"
 	"github.com/leasebridge/leasebridge/transports/tagvalue"
@@ -43,7 +44,7 @@ var (
 	// ErrAddress reports a tag address that is not a node id.
 	ErrAddress = errors.New("opcua: invalid node id")
 	// ErrValue reports a written value that does not fit its node.
-	ErrValue = errors.New("opcua: invalid value")
+	ErrValue = transports.Sentinel("opcua: invalid value", transports.ErrBadValue)
 	// ErrConnect reports a failed connection, secure channel or session.
 	ErrConnect = errors.New("opcua: connect failed")
 	// ErrTimeout reports a server that did not answer within the request
@@ -62,11 +63,11 @@ var (
 	// ErrNotOpen reports a poll or write before Open.
 	ErrNotOpen = errors.New("opcua: transport not open")
 	// ErrUnknownTag reports a write to a tag the device does not define.
-	ErrUnknownTag = errors.New("opcua: unknown tag")
+	ErrUnknownTag = transports.Sentinel("opcua: unknown tag", transports.ErrUnknownTag)
 	// ErrUnknownGroup reports a poll of a group the device does not define.
 	ErrUnknownGroup = errors.New("opcua: unknown poll group")
 	// ErrReadOnly reports a write to a tag not marked writable.
-	ErrReadOnly = errors.New("opcua: tag not writable")
+	ErrReadOnly = transports.Sentinel("opcua: tag not writable", transports.ErrReadOnly)
 )
 
 func init() {
@@ -180,7 +181,7 @@ func New(name string, dev *routes.Device) (*Transport, error) {
 		return nil, fmt.Errorf("%w: device %q: kind %q, want %s", ErrConfig, name, dev.Kind, routes.KindOPCUA)
 	}
 	if !strings.HasPrefix(dev.Address, "opc.tcp://") {
-		return nil, fmt.Errorf("%w: device %q: address %q: want an opc.tcp://host:port[/path] endpoint", ErrConfig, name, dev.Address)
+		return nil, fmt.Errorf("%w: device %q: address %q: want an opc.tcp://host:port[/path] endpoint", ErrConfig, name, redact.URL(dev.Address))
 	}
 	t := &Transport{
 		name: name, endpoint: dev.Address, certFile: dev.CertFile, keyFile: dev.KeyFile, creds: dev.Credentials,
@@ -438,7 +439,7 @@ func (t *Transport) session(ctx context.Context) (*session, error) {
 	}
 	s, err := t.connect(ctx, owner)
 	if err != nil {
-		err = fmt.Errorf("%w: device %q at %s: %w", ErrConnect, t.name, t.endpoint, err)
+		err = fmt.Errorf("%w: device %q at %s: %w", ErrConnect, t.name, redact.URL(t.endpoint), err)
 		t.setState(false, err)
 		return nil, err
 	}
@@ -635,11 +636,11 @@ func (t *Transport) classify(ctx context.Context, s *session, what string, err e
 	case closed:
 		err = fmt.Errorf("%w: device %q: %s interrupted: %w", ErrClosed, t.name, what, err)
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ua.StatusBadTimeout):
-		err = fmt.Errorf("%w: device %q at %s: %s: no reply within %v", ErrTimeout, t.name, t.endpoint, what, t.requestTimeout)
+		err = fmt.Errorf("%w: device %q at %s: %s: no reply within %v", ErrTimeout, t.name, redact.URL(t.endpoint), what, t.requestTimeout)
 	case ctx.Err() != nil:
 		err = fmt.Errorf("device %q: %s: %w", t.name, what, context.Cause(ctx))
 	default:
-		err = fmt.Errorf("%w: device %q at %s: %s: %w", ErrIO, t.name, t.endpoint, what, err)
+		err = fmt.Errorf("%w: device %q at %s: %s: %w", ErrIO, t.name, redact.URL(t.endpoint), what, err)
 	}
 	t.setState(false, err)
 	return err

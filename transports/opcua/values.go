@@ -2,7 +2,6 @@ package opcua
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/gopcua/opcua/ua"
 
@@ -38,13 +37,17 @@ func variantFor(t *tag, kind ua.TypeID, v any) (*ua.Variant, error) {
 	var out any
 	switch kind {
 	case ua.TypeIDFloat:
-		f := n.Float()
-		if math.Abs(f) > math.MaxFloat32 && !math.IsInf(f, 0) {
-			return nil, fmt.Errorf("%w: %v out of Float range", ErrValue, f)
+		f, err := tagvalue.Float(n, 32)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrValue, err)
 		}
 		out = float32(f)
 	case ua.TypeIDDouble:
-		out = n.Float()
+		f, err := tagvalue.Float(n, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrValue, err)
+		}
+		out = f
 	case ua.TypeIDSByte, ua.TypeIDInt16, ua.TypeIDInt32, ua.TypeIDInt64:
 		bits := map[ua.TypeID]uint{ua.TypeIDSByte: 8, ua.TypeIDInt16: 16, ua.TypeIDInt32: 32, ua.TypeIDInt64: 64}[kind]
 		u, err := tagvalue.Integer(n, true, bits)

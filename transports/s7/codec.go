@@ -64,14 +64,19 @@ func encode(t *tag, v any) ([]byte, error) {
 	}
 	n = tagvalue.Unscale(n, t.scale, t.offset)
 	switch t.typ {
-	case typeFloat32:
-		f := n.Float()
-		if math.Abs(f) > math.MaxFloat32 && !math.IsInf(f, 0) {
-			return nil, fmt.Errorf("%w: %v out of float32 range", ErrValue, f)
+	case typeFloat32, typeFloat64:
+		bits := uint(32)
+		if t.typ == typeFloat64 {
+			bits = 64
 		}
-		return binary.BigEndian.AppendUint32(nil, math.Float32bits(float32(f))), nil
-	case typeFloat64:
-		return binary.BigEndian.AppendUint64(nil, math.Float64bits(n.Float())), nil
+		f, err := tagvalue.Float(n, bits)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrValue, err)
+		}
+		if bits == 32 {
+			return binary.BigEndian.AppendUint32(nil, math.Float32bits(float32(f))), nil
+		}
+		return binary.BigEndian.AppendUint64(nil, math.Float64bits(f)), nil
 	}
 	bits := uint(8 * t.size)
 	signedType := t.typ == typeInt8 || t.typ == typeInt16 || t.typ == typeInt32 || t.typ == typeInt64

@@ -43,7 +43,7 @@ var (
 	// ErrAddress reports a tag address that does not parse.
 	ErrAddress = errors.New("s7: invalid address")
 	// ErrValue reports a written value that does not fit its tag.
-	ErrValue = errors.New("s7: invalid value")
+	ErrValue = transports.Sentinel("s7: invalid value", transports.ErrBadValue)
 	// ErrConnect reports a failed connection: TCP, COTP or PDU negotiation.
 	ErrConnect = errors.New("s7: connect failed")
 	// ErrTimeout reports a PLC that did not answer within the request
@@ -60,11 +60,11 @@ var (
 	// ErrNotOpen reports a poll or write before Open.
 	ErrNotOpen = errors.New("s7: transport not open")
 	// ErrUnknownTag reports a write to a tag the device does not define.
-	ErrUnknownTag = errors.New("s7: unknown tag")
+	ErrUnknownTag = transports.Sentinel("s7: unknown tag", transports.ErrUnknownTag)
 	// ErrUnknownGroup reports a poll of a group the device does not define.
 	ErrUnknownGroup = errors.New("s7: unknown poll group")
 	// ErrReadOnly reports a write to a tag not marked writable.
-	ErrReadOnly = errors.New("s7: tag not writable")
+	ErrReadOnly = transports.Sentinel("s7: tag not writable", transports.ErrReadOnly)
 	// ErrLibrary reports a gos7 build whose internals this package does not
 	// recognise; it cannot hand the library its socket.
 	ErrLibrary = errors.New("s7: unsupported gos7 version")

@@ -4,6 +4,13 @@
 // json.Number or a decimal string) back into an exact integer or float of
 // the tag's type, or a refusal that names the value and the limit.
 //
+// Written values are exact decimals (math/big rationals): a number is
+// taken as the decimal it is written as (a float64 as its shortest decimal
+// form, 0.1 as one tenth), scale and offset likewise, so (value - offset) /
+// scale is computed without rounding. An integer tag takes only a result
+// that is an integer: 1.5 is refused, never rounded. docs/writes.md states
+// these rules for requesters.
+//
 // Its errors match ErrValue (errors.Is) but their text does not repeat it:
 // a transport wraps them in its own sentinel, e.g.
 // fmt.Errorf("%w: %w", modbus.ErrValue, err) reads "modbus: invalid value:
@@ -15,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/big"
 	"strconv"
 	"strings"
 )
@@ -85,61 +93,87 @@ func ToFloat(v any) (f float64, ok bool) {
 	return 0, false
 }
 
-// Number is a written value reduced to what an encoder needs: an exact
-// integer when the input was one, else a float. The zero Number is the
-// integer 0.
+// MaxNumberLen bounds the text of a written number (a JSON number or a
+// decimal string), and MaxExponent the magnitude of its exponent, so that
+// exact arithmetic on a hostile value stays small.
+const (
+	MaxNumberLen = 64
+	MaxExponent  = 400
+)
+
+// Number is a written value as an exact decimal. The zero Number is 0.
 type Number struct {
-	isInt bool
-	neg   bool   // for isInt: the value is negative
-	u     uint64 // for isInt: the magnitude
-	f     float64
+	r *big.Rat
 }
 
-// Float returns n as a float64 (rounded if it is an integer beyond 2^53).
-func (n Number) Float() float64 {
-	if !n.isInt {
-		return n.f
+func (n Number) rat() *big.Rat {
+	if n.r == nil {
+		return new(big.Rat)
 	}
-	if n.neg {
-		return -float64(n.u)
-	}
-	return float64(n.u)
+	return n.r
 }
+
+// IsInt reports whether n is an integer.
+func (n Number) IsInt() bool { return n.rat().IsInt() }
+
+// Float returns n as the nearest float64 (±Inf beyond its range).
+func (n Number) Float() float64 {
+	f, _ := n.rat().Float64()
+	return f
+}
+
+// String renders n in at most a few dozen characters: integers of up to
+// 24 digits exactly, other values as the shortest decimal of the nearest
+// float64, or with 6 significant digits beyond its range.
+func (n Number) String() string {
+	r := n.rat()
+	if r.IsInt() && len(r.Num().String()) <= 24 {
+		return r.Num().String()
+	}
+	if f := n.Float(); !math.IsInf(f, 0) {
+		return strconv.FormatFloat(f, 'g', -1, 64)
+	}
+	return new(big.Float).SetRat(r).Text('g', 6)
+}
+
+// Equal reports whether n and m are the same number.
+func (n Number) Equal(m Number) bool { return n.rat().Cmp(m.rat()) == 0 }
 
 // ToNumber accepts the forms a write request may carry: bools (1 and 0),
 // Go numbers, json.Number and decimal strings (also "true" and "false").
-// Integers, and strings that parse as a 64-bit integer, stay exact.
+// Integers stay exact; a float is taken as its shortest decimal form; a
+// decimal text is taken exactly as written.
 func ToNumber(v any) (Number, error) {
 	switch x := v.(type) {
 	case bool:
 		if x {
-			return Number{isInt: true, u: 1}, nil
+			return Number{r: big.NewRat(1, 1)}, nil
 		}
-		return Number{isInt: true}, nil
+		return Number{r: new(big.Rat)}, nil
 	case int:
-		return signed(int64(x)), nil
+		return Number{r: new(big.Rat).SetInt64(int64(x))}, nil
 	case int8:
-		return signed(int64(x)), nil
+		return Number{r: new(big.Rat).SetInt64(int64(x))}, nil
 	case int16:
-		return signed(int64(x)), nil
+		return Number{r: new(big.Rat).SetInt64(int64(x))}, nil
 	case int32:
-		return signed(int64(x)), nil
+		return Number{r: new(big.Rat).SetInt64(int64(x))}, nil
 	case int64:
-		return signed(x), nil
+		return Number{r: new(big.Rat).SetInt64(x)}, nil
 	case uint:
-		return Number{isInt: true, u: uint64(x)}, nil
+		return Number{r: new(big.Rat).SetUint64(uint64(x))}, nil
 	case uint8:
-		return Number{isInt: true, u: uint64(x)}, nil
+		return Number{r: new(big.Rat).SetUint64(uint64(x))}, nil
 	case uint16:
-		return Number{isInt: true, u: uint64(x)}, nil
+		return Number{r: new(big.Rat).SetUint64(uint64(x))}, nil
 	case uint32:
-		return Number{isInt: true, u: uint64(x)}, nil
+		return Number{r: new(big.Rat).SetUint64(uint64(x))}, nil
 	case uint64:
-		return Number{isInt: true, u: x}, nil
+		return Number{r: new(big.Rat).SetUint64(x)}, nil
 	case float32:
-		return Number{f: float64(x)}, nil
+		return fromFloat(float64(x), 32)
 	case float64:
-		return Number{f: x}, nil
+		return fromFloat(x, 64)
 	case json.Number:
 		return parse(string(x))
 	case string:
@@ -148,91 +182,143 @@ func ToNumber(v any) (Number, error) {
 	return Number{}, errorf("%T is not a number", v)
 }
 
-func signed(i int64) Number {
-	if i < 0 {
-		return Number{isInt: true, neg: true, u: uint64(-(i + 1)) + 1}
+// fromFloat takes f as its shortest decimal form at its precision.
+func fromFloat(f float64, bits int) (Number, error) {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return Number{}, errorf("%v is not a finite number", f)
 	}
-	return Number{isInt: true, u: uint64(i)}
+	r, _ := new(big.Rat).SetString(strconv.FormatFloat(f, 'g', -1, bits))
+	return Number{r: r}, nil
+}
+
+// decimal returns f (a configured scale or offset) as its shortest
+// decimal form.
+func decimal(f float64) *big.Rat {
+	n, err := fromFloat(f, 64)
+	if err != nil {
+		return new(big.Rat) // validation refuses non-finite settings
+	}
+	return n.r
 }
 
 func parse(s string) (Number, error) {
 	s = strings.TrimSpace(s)
 	switch strings.ToLower(s) {
 	case "true":
-		return Number{isInt: true, u: 1}, nil
+		return Number{r: big.NewRat(1, 1)}, nil
 	case "false":
-		return Number{isInt: true}, nil
+		return Number{r: new(big.Rat)}, nil
 	}
-	if i, err := strconv.ParseInt(s, 10, 64); err == nil {
-		return signed(i), nil
+	if len(s) > MaxNumberLen {
+		return Number{}, errorf("a number of %d characters (at most %d)", len(s), MaxNumberLen)
 	}
-	if u, err := strconv.ParseUint(s, 10, 64); err == nil {
-		return Number{isInt: true, u: u}, nil
-	}
-	f, err := strconv.ParseFloat(s, 64)
-	if err != nil {
+	if !isDecimal(s) {
 		return Number{}, errorf("%q is not a number", s)
 	}
-	return Number{f: f}, nil
+	r, ok := new(big.Rat).SetString(s)
+	if !ok {
+		return Number{}, errorf("%q is not a number", s)
+	}
+	return Number{r: r}, nil
 }
 
-// Unscale inverts Scale for a write: (n - offset) / scale as a float (a
-// nil scale counts as 1). Without scale and offset n is returned
-// unchanged, so integers stay exact.
+// isDecimal accepts [+-]digits[.digits][(e|E)[+-]digits] with at least one
+// mantissa digit and an exponent of at most MaxExponent: no fractions, hex
+// or infinities, which big.Rat and strconv would also read.
+func isDecimal(s string) bool {
+	i := 0
+	if i < len(s) && (s[i] == '+' || s[i] == '-') {
+		i++
+	}
+	digits := 0
+	for ; i < len(s) && s[i] >= '0' && s[i] <= '9'; i++ {
+		digits++
+	}
+	if i < len(s) && s[i] == '.' {
+		for i++; i < len(s) && s[i] >= '0' && s[i] <= '9'; i++ {
+			digits++
+		}
+	}
+	if digits == 0 {
+		return false
+	}
+	if i == len(s) {
+		return true
+	}
+	if s[i] != 'e' && s[i] != 'E' {
+		return false
+	}
+	exp, err := strconv.Atoi(s[i+1:])
+	return err == nil && exp >= -MaxExponent && exp <= MaxExponent
+}
+
+// Unscale inverts Scale for a write, exactly: (n - offset) / scale with
+// scale and offset taken as their shortest decimal forms (a nil scale
+// counts as 1).
 func Unscale(n Number, scale *float64, offset float64) Number {
 	if scale == nil && offset == 0 {
 		return n
 	}
-	s := 1.0
-	if scale != nil {
-		s = *scale
+	r := new(big.Rat).Sub(n.rat(), decimal(offset))
+	if scale != nil && *scale != 0 {
+		r.Quo(r, decimal(*scale))
 	}
-	return Number{f: (n.Float() - offset) / s}
+	return Number{r: r}
 }
 
 // Integer returns n as an integer of the given width (8 to 64 bits),
-// signed or not, in two's complement in the low bits of the result; a
-// value out of the type's range is refused with an error naming the value
-// and the limit. A float is rounded to the nearest integer first, as a
-// scaled write produces them; NaN and infinities are refused.
+// signed or not, in two's complement in the low bits of the result. A
+// value that is not an integer is refused, never rounded; so is a value
+// out of the type's range; the error names the value and the limit.
 func Integer(n Number, signedType bool, bits uint) (uint64, error) {
-	if !n.isInt {
-		if math.IsNaN(n.f) || math.IsInf(n.f, 0) {
-			return 0, errorf("%v does not fit an integer", n.f)
-		}
-		r := math.Round(n.f)
-		if r < 0 {
-			if r < -math.Ldexp(1, 63) {
-				return 0, errorf("%v out of range", n.f)
-			}
-			n = signed(int64(r))
-		} else {
-			if r >= math.Ldexp(1, 64) {
-				return 0, errorf("%v out of range", n.f)
-			}
-			n = Number{isInt: true, u: uint64(r)}
-		}
-	}
+	r := n.rat()
+	typ := fmt.Sprintf("uint%d", bits)
 	if signedType {
-		limit := uint64(1) << (bits - 1) // |min|; max is limit-1
-		if n.neg {
-			if n.u > limit {
-				return 0, errorf("-%d below the int%d minimum", n.u, bits)
-			}
-			return -n.u & mask(bits), nil
+		typ = fmt.Sprintf("int%d", bits)
+	}
+	if !r.IsInt() {
+		return 0, errorf("%s is not an integer (the tag is %s; values are never rounded)", n, typ)
+	}
+	i := r.Num()
+	lo, hi := new(big.Int), new(big.Int).SetUint64(mask(bits))
+	if signedType {
+		hi.Rsh(hi, 1)
+		lo.Neg(hi).Sub(lo, big.NewInt(1))
+	}
+	if i.Cmp(lo) < 0 {
+		if signedType {
+			return 0, errorf("%s below the %s minimum", n, typ)
 		}
-		if n.u > limit-1 {
-			return 0, errorf("%d above the int%d maximum", n.u, bits)
-		}
-		return n.u, nil
+		return 0, errorf("%s below the %s minimum 0", n, typ)
 	}
-	if n.neg {
-		return 0, errorf("-%d below the uint%d minimum 0", n.u, bits)
+	if i.Cmp(hi) > 0 {
+		return 0, errorf("%s above the %s maximum", n, typ)
 	}
-	if bits < 64 && n.u > mask(bits) {
-		return 0, errorf("%d above the uint%d maximum", n.u, bits)
+	if i.Sign() < 0 {
+		return uint64(i.Int64()) & mask(bits), nil
 	}
-	return n.u, nil
+	return i.Uint64(), nil
+}
+
+// Float returns n as a float of the given width (32 or 64): the nearest
+// one, as every decimal fraction must be. A value beyond the type's range,
+// or one that is not zero but would become zero, is refused.
+func Float(n Number, bits uint) (float64, error) {
+	r := n.rat()
+	var f float64
+	if bits == 32 {
+		f32, _ := r.Float32()
+		f = float64(f32)
+	} else {
+		f, _ = r.Float64()
+	}
+	switch {
+	case math.IsInf(f, 0):
+		return 0, errorf("%s out of the float%d range", n, bits)
+	case f == 0 && r.Sign() != 0:
+		return 0, errorf("%s is too small for float%d: it is not zero but would become zero", strings.TrimSpace(r.FloatString(3)), bits)
+	}
+	return f, nil
 }
 
 func mask(bits uint) uint64 {
@@ -249,11 +335,11 @@ func Bool(v any) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if n.isInt && !n.neg && n.u <= 1 {
-		return n.u == 1, nil
-	}
-	if !n.isInt && (n.f == 0 || n.f == 1) {
-		return n.f == 1, nil
+	switch r := n.rat(); {
+	case r.Sign() == 0:
+		return false, nil
+	case r.Cmp(big.NewRat(1, 1)) == 0:
+		return true, nil
 	}
 	return false, errorf("%v is not a bool (want true, false, 0 or 1)", v)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -70,36 +71,61 @@ func TestToFloat(t *testing.T) {
 func TestToNumber(t *testing.T) {
 	for _, tc := range []struct {
 		v    any
-		want Number
+		want string // Number.String, "" when refused
 		err  string
 	}{
-		{true, Number{isInt: true, u: 1}, ""},
-		{false, Number{isInt: true}, ""},
-		{-5, Number{isInt: true, neg: true, u: 5}, ""},
-		{int64(math.MinInt64), Number{isInt: true, neg: true, u: 1 << 63}, ""},
-		{uint64(math.MaxUint64), Number{isInt: true, u: math.MaxUint64}, ""},
-		{uint8(9), Number{isInt: true, u: 9}, ""},
-		{float32(1.5), Number{f: 1.5}, ""},
-		{-2.5, Number{f: -2.5}, ""},
-		{json.Number("-12"), Number{isInt: true, neg: true, u: 12}, ""},
-		{json.Number("1e3"), Number{f: 1000}, ""},
-		{" 42 ", Number{isInt: true, u: 42}, ""},
-		{"18446744073709551615", Number{isInt: true, u: math.MaxUint64}, ""},
-		{"TRUE", Number{isInt: true, u: 1}, ""},
-		{"false", Number{isInt: true}, ""},
-		{"0.25", Number{f: 0.25}, ""},
-		{"x", Number{}, `"x" is not a number`},
-		{"", Number{}, `"" is not a number`},
-		{[]byte("1"), Number{}, "[]uint8 is not a number"},
-		{nil, Number{}, "<nil> is not a number"},
+		{true, "1", ""},
+		{false, "0", ""},
+		{-5, "-5", ""},
+		{int64(math.MinInt64), "-9223372036854775808", ""},
+		{uint64(math.MaxUint64), "18446744073709551615", ""},
+		{uint8(9), "9", ""},
+		{float32(1.5), "1.5", ""},
+		{-2.5, "-2.5", ""},
+		{json.Number("-12"), "-12", ""},
+		{json.Number("1e3"), "1000", ""},
+		{" 42 ", "42", ""},
+		{"18446744073709551615", "18446744073709551615", ""},
+		{"99999999999999999999999", "99999999999999999999999", ""},
+		{"TRUE", "1", ""},
+		{"false", "0", ""},
+		{"0.25", "0.25", ""},
+		{"x", "", `"x" is not a number`},
+		{"", "", `"" is not a number`},
+		{"1/2", "", `"1/2" is not a number`},
+		{"0x10", "", `"0x10" is not a number`},
+		{"Inf", "", `"Inf" is not a number`},
+		{"NaN", "", `"NaN" is not a number`},
+		{"1e", "", `"1e" is not a number`},
+		{"1e401", "", `"1e401" is not a number`},
+		{"1e99999999999", "", `"1e99999999999" is not a number`},
+		{strings.Repeat("1", MaxNumberLen+1), "", "a number of 65 characters (at most 64)"},
+		{math.NaN(), "", "NaN is not a finite number"},
+		{math.Inf(1), "", "+Inf is not a finite number"},
+		{[]byte("1"), "", "[]uint8 is not a number"},
+		{nil, "", "<nil> is not a number"},
 	} {
 		got, err := ToNumber(tc.v)
 		if refused(t, fmt.Sprintf("ToNumber(%#v)", tc.v), err, tc.err) {
 			continue
 		}
-		if got != tc.want {
-			t.Errorf("ToNumber(%#v) = %+v, %v; want %+v", tc.v, got, err, tc.want)
+		if got.String() != tc.want {
+			t.Errorf("ToNumber(%#v) = %v; want %v", tc.v, got, tc.want)
 		}
+	}
+}
+
+// A float is taken as the decimal it prints as: 0.1 is one tenth, not
+// the binary fraction nearest to it.
+func TestFloatIsItsShortestDecimal(t *testing.T) {
+	a, _ := ToNumber(0.1)
+	b, _ := ToNumber("0.1")
+	if !a.Equal(b) {
+		t.Errorf("0.1 as a float64 %v differs from \"0.1\" %v", a, b)
+	}
+	c, _ := ToNumber(float32(0.1))
+	if !c.Equal(b) {
+		t.Errorf("0.1 as a float32 %v differs from \"0.1\"", c)
 	}
 }
 
@@ -118,24 +144,57 @@ func TestFloat(t *testing.T) {
 	}
 }
 
-func TestUnscale(t *testing.T) {
+func TestFloatWidths(t *testing.T) {
 	for _, tc := range []struct {
-		v      any
-		scale  *float64
-		offset float64
-		want   Number
+		v    any
+		bits uint
+		want float64
+		err  string
 	}{
-		{int64(-3), nil, 0, Number{isInt: true, neg: true, u: 3}}, // untouched: stays exact
-		{"-25", ptr(0.1), 0, Number{f: -250}},
-		{-253.5, nil, -273.5, Number{f: 20}},
-		{11, ptr(2.5), 1, Number{f: 4}},
+		{"2.5", 32, 2.5, ""},
+		{"0.1", 32, float64(float32(0.1)), ""},
+		{"0.1", 64, 0.1, ""},
+		{"3.4e38", 32, float64(float32(3.4e38)), ""},
+		{"3.5e38", 32, 0, "3.5e+38 out of the float32 range"},
+		{"1e309", 64, 0, "1e+309 out of the float64 range"},
+		{"-1e-50", 32, 0, "-0.000 is too small for float32: it is not zero but would become zero"},
+		{"1e-50", 64, 1e-50, ""},
+		{0, 32, 0, ""},
 	} {
 		n, err := ToNumber(tc.v)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := Unscale(n, tc.scale, tc.offset); got != tc.want {
-			t.Errorf("Unscale(%#v) = %+v, want %+v", tc.v, got, tc.want)
+		got, err := Float(n, tc.bits)
+		if refused(t, fmt.Sprintf("Float(%v, %d)", tc.v, tc.bits), err, tc.err) {
+			continue
+		}
+		if got != tc.want {
+			t.Errorf("Float(%v, %d) = %v, want %v", tc.v, tc.bits, got, tc.want)
+		}
+	}
+}
+
+func TestUnscale(t *testing.T) {
+	for _, tc := range []struct {
+		v      any
+		scale  *float64
+		offset float64
+		want   string
+	}{
+		{int64(-3), nil, 0, "-3"}, // untouched
+		{"-25", ptr(0.1), 0, "-250"},
+		{-253.5, nil, -273.5, "20"},
+		{11, ptr(2.5), 1, "4"},
+		{25.5, ptr(0.1), 20, "55"},    // exact: 5.5/0.1 in floats is 54.99999999999999
+		{21.55, ptr(0.1), 0, "215.5"}, // not an integer: refused by Integer
+	} {
+		n, err := ToNumber(tc.v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := Unscale(n, tc.scale, tc.offset); got.String() != tc.want {
+			t.Errorf("Unscale(%#v) = %v, want %v", tc.v, got, tc.want)
 		}
 	}
 }
@@ -156,21 +215,22 @@ func TestIntegerRanges(t *testing.T) {
 		{200, true, 8, 0, "200 above the int8 maximum"},
 		{255, false, 8, 0xFF, ""},
 		{256, false, 8, 0, "256 above the uint8 maximum"},
-		{65535.4, false, 16, 65535, ""},
-		{65535.5, false, 16, 0, "65536 above the uint16 maximum"},
-		{-0.4, false, 16, 0, ""},
+		{65535.0, false, 16, 65535, ""},
+		{"65535.000", false, 16, 65535, ""},
+		{65535.4, false, 16, 0, "65535.4 is not an integer (the tag is uint16; values are never rounded)"},
+		{1.5, true, 16, 0, "1.5 is not an integer (the tag is int16; values are never rounded)"},
+		{"1.0000000000000000001", true, 64, 0, "1 is not an integer (the tag is int64; values are never rounded)"},
+		{-0.4, false, 16, 0, "-0.4 is not an integer (the tag is uint16; values are never rounded)"},
 		{-1, false, 16, 0, "-1 below the uint16 minimum 0"},
 		{"-1", false, 32, 0, "-1 below the uint32 minimum 0"},
 		{1.5e10, true, 32, 0, "15000000000 above the int32 maximum"},
 		{"18446744073709551615", false, 64, 1<<64 - 1, ""},
+		{"18446744073709551616", false, 64, 0, "18446744073709551616 above the uint64 maximum"},
 		{"-9223372036854775808", true, 64, 1 << 63, ""},
 		{"9223372036854775808", true, 64, 0, "9223372036854775808 above the int64 maximum"},
-		{-2.5, true, 32, 0xFFFFFFFD, ""}, // rounds half away from zero
+		{-3, true, 32, 0xFFFFFFFD, ""},
 		{true, false, 16, 1, ""},
-		{1e300, true, 64, 0, "1e+300 out of range"},
-		{-1e300, true, 64, 0, "-1e+300 out of range"},
-		{math.NaN(), false, 16, 0, "NaN does not fit an integer"},
-		{math.Inf(-1), true, 16, 0, "-Inf does not fit an integer"},
+		{1e300, true, 64, 0, "1e+300 above the int64 maximum"},
 	} {
 		n, err := ToNumber(tc.v)
 		if err != nil {
