@@ -145,8 +145,11 @@ func (s *session) giveAway(req lease.HandoverRequest) {
 		"took", time.Since(start).String(), "handover_budget", admission.FormatSeconds(budget))
 }
 
-// take is the target's side: it polls the row at every change until it
-// owns it, another owner does, or the handover budget has passed.
+// take is the target's side: it makes its manager poll at every change
+// of the row until it owns it, another owner does, or the handover budget
+// has passed. After each poke it looks at its manager often for one call's
+// time, so the request is cleared (and a puller's next one sent) as soon
+// as the row is ours.
 func (s *session) take(ctx context.Context, req lease.HandoverRequest) {
 	ctx, cancel := context.WithTimeout(ctx, s.handoverBudget())
 	defer cancel()
@@ -154,28 +157,30 @@ func (s *session) take(ctx context.Context, req lease.HandoverRequest) {
 	row := f.store.WatchRow(ctx, s.name)
 	for {
 		s.manager().Poke()
-		// The acquire the poke starts takes at most one call: look often
-		// meanwhile, so the request is cleared (and a puller's next one
-		// sent) as soon as the row is ours.
-		for end := time.Now().Add(s.report.Timing.RenewCallTimeout); time.Now().Before(end); {
+		fast := time.Now().Add(s.report.Timing.RenewCallTimeout)
+	look:
+		for {
 			if o := s.manager().Owner(); o != nil && o.Epoch() > req.Epoch {
 				f.clear(ctx, s, req)
 				return
 			}
+			wait := s.report.Timing.AcquirePollInterval
+			if time.Now().Before(fast) {
+				wait = 5 * time.Millisecond
+			}
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(5 * time.Millisecond):
+			case _, ok := <-row:
+				if !ok {
+					return
+				}
+				break look
+			case <-time.After(wait):
+				if wait == s.report.Timing.AcquirePollInterval {
+					break look
+				}
 			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case _, ok := <-row:
-			if !ok {
-				return
-			}
-		case <-time.After(s.report.Timing.AcquirePollInterval):
 		}
 	}
 }
