@@ -94,8 +94,23 @@ func (s *Store) Nodes(ctx context.Context) (map[string]lease.NodeRow, error) {
 	return out, err
 }
 
-// Rows implements lease.Fleet with one linearizable transaction.
+// rowsPerTxn keeps a bulk read under etcd's default limit of 128
+// operations per transaction (--max-txn-ops).
+const rowsPerTxn = 100
+
+// Rows implements lease.Fleet with linearizable transactions of at most
+// rowsPerTxn reads each.
 func (s *Store) Rows(ctx context.Context, keys []string) (map[string]lease.VersionedRow, error) {
+	out := make(map[string]lease.VersionedRow, len(keys))
+	for chunk := range slices.Chunk(keys, rowsPerTxn) {
+		if err := s.rowsTxn(ctx, chunk, out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func (s *Store) rowsTxn(ctx context.Context, keys []string, out map[string]lease.VersionedRow) error {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	ops := make([]clientv3.Op, len(keys))
@@ -104,20 +119,19 @@ func (s *Store) Rows(ctx context.Context, keys []string) (map[string]lease.Versi
 	}
 	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
-		return nil, fmt.Errorf("%w: read the rows of %v: %w", lease.ErrUnavailable, keys, err)
+		return fmt.Errorf("%w: read the rows of %d sessions from %q: %w", lease.ErrUnavailable, len(keys), keys[0], err)
 	}
-	out := make(map[string]lease.VersionedRow, len(keys))
 	for i, r := range resp.Responses {
 		var vr lease.VersionedRow
 		if kvs := r.GetResponseRange().Kvs; len(kvs) > 0 {
 			if err := json.Unmarshal(kvs[0].Value, &vr.Row); err != nil {
-				return nil, fmt.Errorf("etcdstore: key %q holds %q, not a lease row: %w", kvs[0].Key, kvs[0].Value, err)
+				return fmt.Errorf("etcdstore: key %q holds %q, not a lease row: %w", kvs[0].Key, kvs[0].Value, err)
 			}
 			vr.Version = kvs[0].ModRevision
 		}
 		out[keys[i]] = vr
 	}
-	return out, nil
+	return nil
 }
 
 // Control implements lease.Fleet.

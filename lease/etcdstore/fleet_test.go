@@ -2,6 +2,7 @@ package etcdstore_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -43,6 +44,15 @@ func TestFleetRows(t *testing.T) {
 		t.Fatalf("rows %+v, %v", rows, err)
 	}
 	waitSignal(t, rowChanges, "the row watch after the session row was written")
+	// More keys than one etcd transaction may read.
+	many := make([]string, 300)
+	for i := range many {
+		many[i] = fmt.Sprintf("m%d", i)
+	}
+	many[299] = "s1"
+	if rows, err := st.Rows(ctx, many); err != nil || len(rows) != 300 || rows["s1"].Row.Epoch != 3 || rows["m0"].Version != 0 {
+		t.Fatalf("300 rows: %d, %v", len(rows), err)
+	}
 
 	h := lease.HandoverRequest{Session: "s1", Epoch: 3, Owner: "a#1", To: "b"}
 	if err := st.RequestHandover(ctx, h, 10*time.Second); err != nil {
