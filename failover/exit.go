@@ -19,7 +19,7 @@ const (
 	// ExitStepDown is the process exit status after a broker-path
 	// step-down: every lease was released and the orchestrator should start
 	// the process again as a standby. It is EX_TEMPFAIL from sysexits.h, so
-	// systemd's Restart=always and Kubernetes restart it like any other
+	// systemd's Restart=on-failure and Kubernetes restart it like any other
 	// failure, and an operator can tell it apart in the unit's status.
 	ExitStepDown = 75
 )
@@ -49,7 +49,7 @@ var ExitStatuses = []ExitStatus{
 	{ExitStepDown, "broker-path step-down: the broker path stayed not converged for `broker_health_step_down`; every lease was released " +
 		"(`stepped down: every lease released`; if the store did not confirm a release, `stepped down: lease releases failed` " +
 		"and standbys take over after `lease_ttl`)",
-		"let the orchestrator restart it (`Restart=always`, Kubernetes); it rejoins as a standby"},
+		"let the orchestrator restart it (systemd `Restart=on-failure`, Kubernetes); it rejoins as a standby"},
 }
 
 // GCPercent is the garbage collector's target that `leasebridge run` sets

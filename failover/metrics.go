@@ -6,6 +6,8 @@ import (
 	"github.com/leasebridge/leasebridge/lease"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/leasebridge/leasebridge/internal/buildinfo"
 )
 
 // Metrics are the Prometheus series of a running bridge; docs/operations.md
@@ -51,6 +53,13 @@ type Metrics struct {
 	DeviceLastGood *prometheus.GaugeVec
 	// DeviceStepDowns counts device-path releases.
 	DeviceStepDowns *prometheus.CounterVec
+	// BuildInfo is 1, labelled with the running binary's build stamp.
+	BuildInfo *prometheus.GaugeVec
+	// TopologySuspect is 1 while a standby's local broker shows no status
+	// from the session's owner.
+	TopologySuspect *prometheus.GaugeVec
+	// Bridges exports the bridge routes' forwarded and dropped messages.
+	Bridges *BridgeCounters
 }
 
 // States a session reports in leasebridge_session_state.
@@ -124,14 +133,24 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "leasebridge_device_step_downs_total",
 			Help: "Device-path releases: a device stayed unreachable for device_path_step_down.",
 		}, []string{"session"}),
+		BuildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "leasebridge_build_info",
+			Help: "1, labelled with the binary's module version, VCS revision, dirty flag and Go version (as `leasebridge version` prints).",
+		}, buildinfo.LabelNames),
+		TopologySuspect: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "leasebridge_broker_topology_suspect",
+			Help: "1 while this standby of a session with a bridge route has stood by longer than the owner-death budget and its local broker carries no active status from another node: the owner uses another broker (docs/bridged-data.md).",
+		}, []string{"session"}),
+		Bridges: newBridgeCounters(),
 		SessionUnowned: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "leasebridge_session_unowned",
 			Help: "1 while no node owns the session as this node observes its lease row (released, or unchanged for its owner's lease_ttl); with fleet rows only.",
 		}, []string{"session"}),
 	}
-	reg.MustRegister(m.FailureToFull, m.State, m.Epoch, m.RenewFailures, m.StepDowns, m.Budget, m.TransportErrors, m.Takeovers,
+	m.BuildInfo.WithLabelValues(buildinfo.Read().Labels()...).Set(1)
+	reg.MustRegister(m.Bridges, m.FailureToFull, m.State, m.Epoch, m.RenewFailures, m.StepDowns, m.Budget, m.TransportErrors, m.Takeovers,
 		m.ClaimConflicts, m.TimingMismatch, m.TimingMismatches, m.StoreUp, m.WriteRequests,
-		m.DeviceUp, m.DeviceLastGood, m.DeviceStepDowns, m.SessionUnowned)
+		m.DeviceUp, m.DeviceLastGood, m.DeviceStepDowns, m.BuildInfo, m.TopologySuspect, m.SessionUnowned)
 	return m
 }
 

@@ -431,7 +431,7 @@ func (s *session) startWork(ctx context.Context, t *term, valid func() bool, log
 	}
 	for _, b := range t.bridges {
 		w.wg.Add(1)
-		go func() { defer w.wg.Done(); _ = b.Run(wctx) }()
+		go func() { defer w.wg.Done(); defer s.sup.o.Metrics.Bridges.track(s.name, b)(); _ = b.Run(wctx) }()
 	}
 	// "active" was published by each client's reconcile during Open: once
 	// per takeover, stamped when it happened.

@@ -61,6 +61,7 @@ type Supervisor struct {
 	stepDown chan stepDownRequest
 	once     sync.Once
 	health   *storeHealth
+	topology *topology
 	// managers counts the sessions whose lease manager runs (a session
 	// sitting out a device-path cooldown counts: it is by design); stopping
 	// is set once the process shuts down or steps down, and a session
@@ -131,6 +132,7 @@ func New(o Options) (*Supervisor, error) {
 		s.setConflict("")
 		o.Metrics.TimingMismatch.WithLabelValues(rep.Session).Set(0)
 		o.Metrics.TimingMismatches.WithLabelValues(rep.Session).Add(0)
+		o.Metrics.Bridges.declare(s.name, s.routes)
 		o.Metrics.Budget.WithLabelValues(rep.Session, "owner_death").Set(rep.OwnerDeath.Total.Seconds())
 		if rep.BrokerPath != nil {
 			o.Metrics.Budget.WithLabelValues(rep.Session, "broker_path").Set(rep.BrokerPath.Total.Seconds())
@@ -139,6 +141,10 @@ func New(o Options) (*Supervisor, error) {
 			o.Metrics.Budget.WithLabelValues(rep.Session, "device_path").Set(rep.DevicePath.Total.Seconds())
 		}
 		sv.sessions = append(sv.sessions, s)
+	}
+	var err error
+	if sv.topology, err = newTopology(sv); err != nil {
+		return nil, err
 	}
 	if o.Fleet != nil {
 		sv.fleet = newFleet(sv, o.Fleet)
@@ -187,6 +193,8 @@ func (sv *Supervisor) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); sv.health.run(mctx) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); sv.topology.run(mctx) }()
 	if sv.fleet != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); sv.fleet.run(fctx) }()
@@ -321,6 +329,10 @@ type SessionStatus struct {
 	// Devices are the session's devices as this owner last reached them;
 	// absent on a standby, which does not know.
 	Devices []DeviceStatus `json:"devices,omitempty"`
+	// BrokerTopologySuspect, on a standby of a session with a bridge
+	// route, says why its local broker seems not to see the owner (a
+	// non-clustered broker per node; docs/bridged-data.md).
+	BrokerTopologySuspect string `json:"broker_topology_suspect,omitempty"`
 }
 
 // Status reports every session, in name order.
@@ -333,7 +345,7 @@ func (sv *Supervisor) Status() []SessionStatus {
 		conflict, _ := s.conflict.Load().(string)
 		st := SessionStatus{Session: s.name, State: s.State(), Owner: s.owned.Load(),
 			ServiceLevelFull: s.full.Load(), FailureToFullNS: int64(last), OwnerDeathBudgetNS: int64(s.report.OwnerDeath.Total),
-			EndpointConflict: conflict, TimingMismatch: mismatch}
+			EndpointConflict: conflict, TimingMismatch: mismatch, BrokerTopologySuspect: sv.topology.why(s.name)}
 		if h != nil {
 			st.Devices = h.status()
 		}

@@ -20,6 +20,10 @@ import (
 // disclosed activation bound.
 var ErrActivation = errors.New("failover: activation failed")
 
+// ErrBounds reports a transport whose activation or close bound is not the
+// one admission summed for it.
+var ErrBounds = errors.New("failover: transport bounds differ from admission's")
+
 // opened is one transport of a term, in the order it was opened.
 type opened struct {
 	t      transports.Transport
@@ -58,6 +62,17 @@ type term struct {
 // build creates the term's transports and registers every subscription;
 // nothing is connected yet.
 func (s *session) build(epoch uint64, owner string) (*term, error) {
+	return s.buildWith(epoch, owner, newDevice)
+}
+
+// newDevice builds the transport of the device entry name.
+func newDevice(name string, dev *routes.Device) (transports.Transport, error) {
+	return transports.New(dev.Kind, dev.Kind+":"+name, dev)
+}
+
+// buildWith is build with the devices made by device: Preflight hands in
+// the ones it already built, so each is built once.
+func (s *session) buildWith(epoch uint64, owner string, device func(string, *routes.Device) (transports.Transport, error)) (*term, error) {
 	t := &term{s: s, epoch: epoch, owner: owner, devices: map[string]transports.Transport{},
 		brokers: map[string]*mqtt.Client{}, pending: map[string]bool{}, fullCh: make(chan struct{})}
 	cfg := s.sup.o.Config
@@ -94,8 +109,7 @@ func (s *session) build(epoch uint64, owner string) (*term, error) {
 		add(&locals, r.Broker)
 	}
 	for _, name := range devs {
-		dev := cfg.Devices[name]
-		tr, err := transports.New(dev.Kind, dev.Kind+":"+name, dev)
+		tr, err := device(name, cfg.Devices[name])
 		if err != nil {
 			return nil, &entryError{path: "devices." + name, what: fmt.Sprintf("session %s: device %s", s.name, name), err: err}
 		}
@@ -158,39 +172,89 @@ func (s *session) routeError(r *routes.Route, err error) error {
 // transport reads as it is built (a CA, certificate, key or password file)
 // or a password_env variable may be missing: admit runs in CI, away from
 // the deployment's files and environment, and run checks them.
+//
+// Every transport built must also disclose the activation and close bounds
+// admission summed for it (routes' Device and Broker bounds): a transport
+// whose own bounds differ is refused, so the budget admission prints is
+// the one the transports keep.
 func Preflight(cfg *routes.Config, needFiles bool) routes.Errors {
 	sv := &Supervisor{o: Options{Config: cfg}}
 	byName := routesBySession(cfg)
-	var errs routes.Errors
-	seen := map[string]bool{}
+	p := &preflight{cfg: cfg, needFiles: needFiles, seen: map[string]bool{}}
 	// Every device on its own first, so that each bad one is reported and
-	// not only a session's first.
+	// not only a session's first; the sessions reuse what was built.
+	built := map[string]builtDevice{}
 	for _, name := range slices.Sorted(maps.Keys(cfg.Devices)) {
 		dev := cfg.Devices[name]
-		if _, err := transports.New(dev.Kind, dev.Kind+":"+name, dev); err != nil && (needFiles || !missingFile(err)) {
-			seen["devices."+name] = true
-			errs = append(errs, cfg.ErrorAt("devices."+name, err.Error()))
+		tr, err := newDevice(name, dev)
+		built[name] = builtDevice{tr, err}
+		p.fail("devices."+name, err)
+		if err == nil {
+			p.bounds("devices."+name, tr, dev.ActivationBound(), dev.CloseBound())
 		}
+	}
+	reuse := func(name string, _ *routes.Device) (transports.Transport, error) {
+		return built[name].t, built[name].err
 	}
 	for _, name := range slices.Sorted(maps.Keys(byName)) {
 		s := &session{sup: sv, name: name, routes: byName[name]}
-		_, err := s.build(0, "")
-		if err == nil || (!needFiles && missingFile(err)) {
+		t, err := s.buildWith(0, "", reuse)
+		if err != nil {
+			p.sessionError(err)
 			continue
 		}
-		var ee *entryError
-		if !errors.As(err, &ee) {
-			errs = append(errs, &routes.FieldError{File: cfg.File, Message: err.Error()})
-			continue
-		}
-		// A broker or route several sessions share fails once.
-		if !seen[ee.path] {
-			seen[ee.path] = true
-			errs = append(errs, cfg.ErrorAt(ee.path, ee.err.Error()))
+		for bn, c := range t.brokers {
+			b := cfg.Brokers[bn]
+			p.bounds("brokers."+bn, c, b.ActivationBound(), b.CloseBound())
 		}
 	}
-	sort.SliceStable(errs, func(i, j int) bool { return errs[i].Line < errs[j].Line })
-	return errs
+	sort.SliceStable(p.errs, func(i, j int) bool { return p.errs[i].Line < p.errs[j].Line })
+	return p.errs
+}
+
+// builtDevice is a device's transport as Preflight built it, or the error.
+type builtDevice struct {
+	t   transports.Transport
+	err error
+}
+
+// preflight collects Preflight's problems, each entry's once.
+type preflight struct {
+	cfg       *routes.Config
+	needFiles bool
+	seen      map[string]bool
+	errs      routes.Errors
+}
+
+// fail records err at the entry path, unless it is a missing file admit
+// may ignore or the entry already failed.
+func (p *preflight) fail(path string, err error) {
+	if err == nil || (!p.needFiles && missingFile(err)) || p.seen[path] {
+		return
+	}
+	p.seen[path] = true
+	p.errs = append(p.errs, p.cfg.ErrorAt(path, err.Error()))
+}
+
+// sessionError records a session whose term could not be built.
+func (p *preflight) sessionError(err error) {
+	var ee *entryError
+	if !errors.As(err, &ee) {
+		if p.needFiles || !missingFile(err) {
+			p.errs = append(p.errs, &routes.FieldError{File: p.cfg.File, Message: err.Error()})
+		}
+		return
+	}
+	// A broker or route several sessions share fails once.
+	p.fail(ee.path, ee.err)
+}
+
+// bounds refuses a transport whose bounds are not those admission summed.
+func (p *preflight) bounds(path string, tr transports.Transport, activation, closing time.Duration) {
+	if got, gotClose := tr.ActivationBound(), tr.CloseBound(); got != activation || gotClose != closing {
+		p.fail(path, fmt.Errorf("%w: transport %s discloses activation bound %s and close bound %s, admission summed %s and %s",
+			ErrBounds, tr.Name(), got, gotClose, activation, closing))
+	}
 }
 
 // missingFile reports an error from reading a file, or a password_env

@@ -11,7 +11,9 @@
 // each failover from outside and from the successor's metric, compares
 // both with the budget admission computed for that failure mode and
 // configuration, and fails on any budget violation and on two clients at
-// the device. It writes the results as docs/measured-failover.md (with
+// the device. After the rounds, a bridge route's owner is killed
+// mid-stream on brokers of its own (lab/bridge_test.go), counting lost and
+// duplicated messages. It writes the results as docs/measured-failover.md (with
 // LEASEBRIDGE_WRITE_DOCS=1; to a temporary file otherwise).
 package lab
 
@@ -180,7 +182,9 @@ type lab struct {
 	bridges []*bridge
 	report  admission.Report
 	trials  []*trial
-	began   time.Time
+	// bridgeRuns are the bridge-route trials.
+	bridgeRuns []*bridgeRun
+	began      time.Time
 	// loadStart is the load average when the lab started.
 	loadStart string
 }
@@ -199,9 +203,12 @@ func selectKinds(t *testing.T) []kind {
 	}
 	var run []kind
 	for _, name := range strings.Split(s, ",") {
+		if strings.TrimSpace(name) == bridgeKind {
+			continue
+		}
 		k, ok := byName[strings.TrimSpace(name)]
 		if !ok {
-			t.Fatalf("LEASEBRIDGE_LAB_KINDS=%q: unknown kind %q (%s)", s, name, strings.Join(names, ", "))
+			t.Fatalf("LEASEBRIDGE_LAB_KINDS=%q: unknown kind %q (%s, %s)", s, name, strings.Join(names, ", "), bridgeKind)
 		}
 		run = append(run, k)
 	}
@@ -234,6 +241,9 @@ func TestFailoverLab(t *testing.T) {
 				}
 			}
 		}
+	}
+	if bridgeSelected() {
+		l.runBridgeTrials()
 	}
 	all := l.dev.conns(time.Time{})
 	if c, ok := find(all, 0); ok {

@@ -85,6 +85,7 @@ func (l *lab) markdown() string {
 	l.mdBudgets(w)
 	l.mdMethod(w)
 	l.mdSummary(w)
+	l.mdBridge(w)
 	l.mdGoal(w)
 	l.mdFrozen(w)
 	l.mdTrials(w)
@@ -122,7 +123,7 @@ func (l *lab) mdIntro(w writef) {
 	}
 	w("- Reproduce: `LEASEBRIDGE_WRITE_DOCS=1 go test -count=1 -run TestFailoverLab -v ./lab/`\n")
 	w("  (`LEASEBRIDGE_LAB_ROUNDS=N` changes the number of rounds, %d by default;\n", defaultRounds)
-	w("  `LEASEBRIDGE_LAB_KINDS=%s` selects fault kinds;\n", strings.Join(names, ","))
+	w("  `LEASEBRIDGE_LAB_KINDS=%s` selects fault kinds;\n", strings.Join(append(names, bridgeKind), ","))
 	w("  `LEASEBRIDGE_LAB_LOGDIR=DIR` keeps the bridges' logs).\n\n")
 }
 

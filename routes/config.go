@@ -162,17 +162,18 @@ type Broker struct {
 	Line int `yaml:"-"`
 }
 
-// Device kinds.
+// Device kinds whose keys live in Device; other kinds register their own
+// settings (RegisterKind), such as s7 in transports/s7.
 const (
 	KindModbusTCP = "modbus_tcp"
 	KindModbusRTU = "modbus_rtu"
-	KindS7        = "s7"
 	KindOPCUA     = "opcua"
 )
 
 // Device is one exclusive device connection and its tags.
 type Device struct {
-	// Kind is modbus_tcp, modbus_rtu, s7 or opcua.
+	// Kind is modbus_tcp, modbus_rtu, s7 or opcua: a kind registered by
+	// its transport package, which also owns the keys of that kind.
 	Kind string `yaml:"kind"`
 	// Address is host:port (modbus_tcp, s7; a bare host means port 502
 	// or 102, an IPv6 address is written [addr]:port), a serial device
@@ -195,11 +196,6 @@ type Device struct {
 	// Serial is the serial line of a modbus_rtu device.
 	Serial Serial `yaml:"serial"`
 
-	// Rack of an S7 CPU.
-	Rack int `yaml:"rack"`
-	// Slot of an S7 CPU.
-	Slot int `yaml:"slot"`
-
 	// SecurityPolicy of an OPC UA session: None or Basic256Sha256.
 	SecurityPolicy string `yaml:"security_policy"`
 	// SecurityMode of an OPC UA session: None, Sign or SignAndEncrypt;
@@ -217,6 +213,10 @@ type Device struct {
 	Groups []*PollGroup `yaml:"groups"`
 	// Pin limits the nodes the sessions using the device may run on.
 	Pin `yaml:",inline"`
+	// Settings is the kind's own configuration, decoded from the keys
+	// its DeviceKind declares (a *s7.Config for s7); nil for a kind
+	// without settings or a Device built in code.
+	Settings any `yaml:"-"`
 	// Line is where the device is defined.
 	Line int `yaml:"-"`
 }

@@ -213,6 +213,7 @@ func (d *decoder) errorf(n *yaml.Node, path, format string, args ...any) {
 var (
 	durationType     = reflect.TypeOf(Duration(0))
 	brokerHealthType = reflect.TypeOf(BrokerHealth{})
+	deviceType       = reflect.TypeOf(Device{})
 )
 
 func join(path, key string) string {
@@ -256,6 +257,9 @@ func (d *decoder) value(n *yaml.Node, v reflect.Value, path string) {
 		return
 	case brokerHealthType:
 		d.brokerHealth(n, v, path)
+		return
+	case deviceType:
+		d.device(n, v, path)
 		return
 	}
 	switch v.Kind() {
@@ -425,9 +429,16 @@ func buildFields(t reflect.Type) map[string][]int {
 }
 
 func (d *decoder) structure(n *yaml.Node, v reflect.Value, path string) {
+	d.structureRest(n, v, path, nil)
+}
+
+// structureRest decodes the mapping n into the struct v. With rest
+// non-nil, the index of each key v has no field for is appended to it
+// instead of being an error; it reports whether n was a mapping.
+func (d *decoder) structureRest(n *yaml.Node, v reflect.Value, path string, rest *[]int) bool {
 	if n.Kind != yaml.MappingNode {
 		d.errorf(n, path, "want a mapping, got %s", kindName(n))
-		return
+		return false
 	}
 	sf := fields(v.Type())
 	if sf.line != nil {
@@ -442,12 +453,57 @@ func (d *decoder) structure(n *yaml.Node, v reflect.Value, path string) {
 			continue
 		}
 		idx, ok := sf.byKey[k.Value]
-		if !ok {
+		switch {
+		case !ok && rest != nil:
+			*rest = append(*rest, i)
+		case !ok:
 			d.errorf(k, p, "unknown key %q%s", k.Value, suggest(k.Value, sf.byKey))
+		default:
+			d.lines[p] = pos{k.Line, k.Column}
+			d.value(val, v.FieldByIndex(idx), p)
+		}
+	}
+	return true
+}
+
+// device decodes a device: the keys every device has into Device, then
+// the rest, strictly, into the settings struct of the device's kind.
+func (d *decoder) device(n *yaml.Node, v reflect.Value, path string) {
+	var rest []int
+	if !d.structureRest(n, v, path, &rest) {
+		return
+	}
+	dev := v.Addr().Interface().(*Device)
+	k := LookupKind(dev.Kind)
+	var sv reflect.Value
+	var own map[string][]int
+	if k != nil && k.Settings != nil {
+		dev.Settings = k.Settings()
+		sv, own = reflect.ValueOf(dev.Settings).Elem(), k.settingsKeys()
+	}
+	// For did-you-mean, built at the first unknown key: the keys of this
+	// kind and of the others.
+	var known, others map[string][]int
+	for _, i := range rest {
+		key, val := n.Content[i], n.Content[i+1]
+		p := join(path, key.Value)
+		if idx, ok := own[key.Value]; ok {
+			d.lines[p] = pos{key.Line, key.Column}
+			d.value(val, sv.FieldByIndex(idx), p)
 			continue
 		}
-		d.lines[p] = pos{k.Line, k.Column}
-		d.value(val, v.FieldByIndex(idx), p)
+		if msg := foreignKey(key.Value, dev.Kind, false); msg != "" && k != nil {
+			d.errorf(key, p, "%s", msg)
+			continue
+		}
+		if known == nil {
+			known, others = kindKeys(k), otherKindsKeys(k)
+		}
+		hint := suggest(key.Value, known)
+		if other := closest(key.Value, others); hint == "" && other != "" && k != nil {
+			hint = fmt.Sprintf(" (did you mean %q? %s)", other, foreignKey(other, dev.Kind, false))
+		}
+		d.errorf(key, p, "unknown key %q%s", key.Value, hint)
 	}
 }
 
@@ -519,6 +575,15 @@ func (d *decoder) sequence(n *yaml.Node, v reflect.Value, path string) {
 
 // suggest proposes the known key closest to a misspelt one.
 func suggest(key string, known map[string][]int) string {
+	best := closest(key, known)
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %q?)", best)
+}
+
+// closest is the known key within a small edit distance of key, or "".
+func closest(key string, known map[string][]int) string {
 	const maxDist = 3
 	best, bestD := "", maxDist
 	for k := range known {
@@ -531,10 +596,7 @@ func suggest(key string, known map[string][]int) string {
 			best, bestD = k, dd
 		}
 	}
-	if best == "" {
-		return ""
-	}
-	return fmt.Sprintf(" (did you mean %q?)", best)
+	return best
 }
 
 func abs(n int) int {

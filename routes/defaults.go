@@ -2,7 +2,6 @@ package routes
 
 import (
 	"fmt"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"sort"
@@ -38,7 +37,6 @@ const (
 	DefaultPollInterval         = 1 * time.Second
 	DefaultPublish              = "on_change"
 	DefaultTopic                = "leasebridge/{session}/{device}/{tag}"
-	DefaultS7Port               = "102"
 	DefaultModbusPort           = "502"
 	DefaultBaudRate             = 19200
 	DefaultDataBits             = 8
@@ -104,46 +102,14 @@ func (c *Config) applyDefaults() {
 		setDur(&d.ConnectTimeout, DefaultDeviceConnectTimeout)
 		setDur(&d.RequestTimeout, DefaultDeviceRequestTimeout)
 		setDur(&d.CloseTimeout, DefaultDeviceCloseTimeout)
-		switch d.Kind {
-		case KindModbusTCP, KindModbusRTU:
-			if d.UnitID == nil {
-				u := DefaultUnitID
-				d.UnitID = &u
-			}
-			setStr(&d.ByteOrder, DefaultByteOrder)
-			if d.MergeRequests == nil {
-				t := true
-				d.MergeRequests = &t
-			}
-		}
-		if d.Kind == KindModbusRTU {
-			setInt(&d.Serial.BaudRate, DefaultBaudRate)
-			setInt(&d.Serial.DataBits, DefaultDataBits)
-			setStr(&d.Serial.Parity, DefaultParity)
-			setInt(&d.Serial.StopBits, DefaultStopBits)
-		}
-		if d.Kind == KindOPCUA {
-			setStr(&d.SecurityPolicy, "None")
-			if d.SecurityPolicy == "None" {
-				setStr(&d.SecurityMode, "None")
-			}
-			setStr(&d.SecurityMode, "SignAndEncrypt")
-			setStr(&d.CertFile, filepath.Join(c.DataDir, "opcua", name+"-cert.pem"))
-			setStr(&d.KeyFile, filepath.Join(c.DataDir, "opcua", name+"-key.pem"))
-		}
 		for _, g := range d.Groups {
-			if g == nil {
-				continue
+			if g != nil {
+				setDur(&g.Interval, DefaultPollInterval)
+				setStr(&g.Mode, "poll")
 			}
-			setDur(&g.Interval, DefaultPollInterval)
-			setStr(&g.Mode, "poll")
-			if d.Kind == KindModbusTCP || d.Kind == KindModbusRTU {
-				for _, t := range g.Tags {
-					if t != nil {
-						setStr(&t.Register, DefaultRegister)
-					}
-				}
-			}
+		}
+		if k := LookupKind(d.Kind); k != nil && k.Defaults != nil {
+			k.Defaults(c, name, d)
 		}
 	}
 	for i, r := range c.Routes {
@@ -193,14 +159,27 @@ func (b *Broker) ActivationBound() time.Duration {
 // CloseBound is the longest the broker transport's disconnect may take.
 func (b *Broker) CloseBound() time.Duration { return b.CloseTimeout.D() }
 
-// ActivationBound is the device transport's activation bound: one connect
-// and the first successful read.
+// ActivationBound is the device transport's activation bound: its kind's,
+// or by default one connect and the first successful read. A transport
+// discloses this value (Preflight refuses one that does not), with the
+// defaults of Timeouts for a Device built in code.
 func (d *Device) ActivationBound() time.Duration {
-	return d.ConnectTimeout.D() + d.RequestTimeout.D()
+	if k := LookupKind(d.Kind); k != nil && k.ActivationBound != nil {
+		return k.ActivationBound(d)
+	}
+	connect, request, _ := d.Timeouts()
+	return connect + request
 }
 
-// CloseBound is the longest the device transport's close may take.
-func (d *Device) CloseBound() time.Duration { return d.CloseTimeout.D() }
+// CloseBound is the longest the device transport's close may take: its
+// kind's, or by default close_timeout.
+func (d *Device) CloseBound() time.Duration {
+	if k := LookupKind(d.Kind); k != nil && k.CloseBound != nil {
+		return k.CloseBound(d)
+	}
+	_, _, closing := d.Timeouts()
+	return closing
+}
 
 // DefaultValues reports the default of every optional key, by key path with
 // "*" for a name or an index ("brokers.*.connect_timeout"), as applied to an
@@ -208,10 +187,13 @@ func (d *Device) CloseBound() time.Duration { return d.CloseTimeout.D() }
 // kind list the kinds it applies to. docs/configuration.md is generated
 // from it, so the page cannot drift from the code.
 func DefaultValues() map[string]string {
-	kinds := []string{KindModbusTCP, KindModbusRTU, KindS7, KindOPCUA}
+	kinds := Kinds()
 	c := &Config{Brokers: map[string]*Broker{"*": {}}, Devices: map[string]*Device{}}
 	for _, k := range kinds {
 		c.Devices[k] = &Device{Kind: k, Groups: []*PollGroup{{}}}
+		if spec := LookupKind(k); spec.Settings != nil {
+			c.Devices[k].Settings = spec.Settings()
+		}
 	}
 	for _, k := range []string{RoutePoll, RouteWrite, RouteBridge} {
 		c.Routes = append(c.Routes, &Route{Kind: k, Topics: []*TopicMap{{}}})
@@ -219,7 +201,7 @@ func DefaultValues() map[string]string {
 	c.applyDefaults()
 	raw := map[string]map[string]bool{} // path -> value -> seen
 	perKind := map[string][]string{}    // device path -> kinds
-	collect(reflect.ValueOf(c).Elem(), "", func(path, value string) {
+	emit := func(path, value string) {
 		if strings.HasSuffix(path, ".kind") {
 			return // set above to reach each kind's defaults, not a default
 		}
@@ -236,7 +218,13 @@ func DefaultValues() map[string]string {
 			raw[path] = map[string]bool{}
 		}
 		raw[path][value] = true
-	})
+	}
+	collect(reflect.ValueOf(c).Elem(), "", emit)
+	for _, k := range kinds {
+		if st := c.Devices[k].Settings; st != nil {
+			collect(reflect.ValueOf(st), "devices."+k, emit)
+		}
+	}
 	out := map[string]string{
 		// These follow each device's name and data_dir.
 		"devices.*.cert_file": "<data_dir>/opcua/<device>-cert.pem (opcua)",

@@ -25,19 +25,12 @@ type Endpoint struct {
 // DefaultOPCUAPort is the port of an opc.tcp:// endpoint that names none.
 const DefaultOPCUAPort = "4840"
 
-// Endpoint is the device's exclusive endpoint, per kind. Identities are
-// compared as strings and never resolve a name: plc.local and the address
-// it resolves to are two identities.
+// Endpoint is the device's exclusive endpoint, as its kind defines it.
+// Identities are compared as strings and never resolve a name: plc.local
+// and the address it resolves to are two identities.
 func (d *Device) Endpoint() (Endpoint, error) {
-	switch d.Kind {
-	case KindModbusTCP:
-		return modbusTCPEndpoint(d)
-	case KindModbusRTU:
-		return modbusRTUEndpoint(d)
-	case KindS7:
-		return s7Endpoint(d)
-	case KindOPCUA:
-		return opcuaEndpoint(d)
+	if k := LookupKind(d.Kind); k != nil {
+		return k.Endpoint(d)
 	}
 	return Endpoint{}, fmt.Errorf("routes: unknown device kind %q", d.Kind)
 }
@@ -45,7 +38,7 @@ func (d *Device) Endpoint() (Endpoint, error) {
 // modbusTCPEndpoint is host:port: every unit behind one TCP server shares
 // its connection budget, so unit_id is not part of the identity.
 func modbusTCPEndpoint(d *Device) (Endpoint, error) {
-	host, port, local, err := hostPort(d.Address, DefaultModbusPort)
+	host, port, local, err := HostPort(d.Address, DefaultModbusPort)
 	if err != nil {
 		return Endpoint{}, err
 	}
@@ -61,17 +54,6 @@ func modbusRTUEndpoint(d *Device) (Endpoint, error) {
 	return Endpoint{ID: "modbus_rtu:" + filepath.Clean(d.Address), NodeLocal: true}, nil
 }
 
-// s7Endpoint is host:port, rack and slot: a rack/slot pair selects one CPU
-// behind the address (several CPUs of an S7-400 share a CP's address), so
-// another rack or slot is another device.
-func s7Endpoint(d *Device) (Endpoint, error) {
-	host, port, local, err := hostPort(d.Address, DefaultS7Port)
-	if err != nil {
-		return Endpoint{}, err
-	}
-	return Endpoint{ID: fmt.Sprintf("s7://%s rack %d slot %d", net.JoinHostPort(host, port), d.Rack, d.Slot), NodeLocal: local}, nil
-}
-
 // opcuaEndpoint is the endpoint URL without user information, query or
 // fragment: scheme, host, port (4840 when omitted) and path.
 func opcuaEndpoint(d *Device) (Endpoint, error) {
@@ -84,7 +66,7 @@ func opcuaEndpoint(d *Device) (Endpoint, error) {
 	if u.Port() == "" {
 		hp = net.JoinHostPort(u.Hostname(), DefaultOPCUAPort)
 	}
-	host, port, local, err := hostPort(hp, DefaultOPCUAPort)
+	host, port, local, err := HostPort(hp, DefaultOPCUAPort)
 	if err != nil {
 		return Endpoint{}, err
 	}
@@ -92,11 +74,12 @@ func opcuaEndpoint(d *Device) (Endpoint, error) {
 	return Endpoint{ID: strings.ToLower(u.Scheme) + "://" + net.JoinHostPort(host, port) + path, NodeLocal: local}, nil
 }
 
-// hostPort splits host[:port] and normalises it without resolving names:
+// HostPort splits host[:port] and normalises it without resolving names:
 // the host lowercased without a trailing dot or IPv6 brackets, an IP
 // address in its canonical form, localhost, 127.0.0.1 and ::1 as one
-// loopback host, and def as the port when none is written.
-func hostPort(addr, def string) (host, port string, loopback bool, err error) {
+// loopback host, and def as the port when none is written. Kinds whose
+// endpoint is a network address build their identity from it.
+func HostPort(addr, def string) (host, port string, loopback bool, err error) {
 	host, port, err = net.SplitHostPort(addr)
 	if err != nil {
 		// A bare host takes the default port; an IPv6 address needs

@@ -115,7 +115,7 @@ func (c *Config) brokerEndpoint(name, session string) (string, bool) {
 	if err != nil {
 		return "", false
 	}
-	host, port, _, err := hostPort(u.Host, "")
+	host, port, _, err := HostPort(u.Host, "")
 	if err != nil {
 		return "", false
 	}

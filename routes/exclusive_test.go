@@ -10,7 +10,6 @@ import (
 func TestEndpointIdentityPerKind(t *testing.T) {
 	for _, c := range []struct {
 		kind, addr  string
-		rack, slot  int
 		id          string
 		local, fail bool
 	}{
@@ -29,16 +28,13 @@ func TestEndpointIdentityPerKind(t *testing.T) {
 		{kind: "modbus_tcp", addr: "plc:", fail: true},
 		{kind: "modbus_rtu", addr: "/dev/ttyUSB0", id: "modbus_rtu:/dev/ttyUSB0", local: true},
 		{kind: "modbus_rtu", addr: "/dev/../dev/ttyUSB0/", id: "modbus_rtu:/dev/ttyUSB0", local: true},
-		{kind: "s7", addr: "10.0.0.5", slot: 1, id: "s7://10.0.0.5:102 rack 0 slot 1"},
-		{kind: "s7", addr: "10.0.0.5:102", slot: 2, id: "s7://10.0.0.5:102 rack 0 slot 2"},
-		{kind: "s7", addr: "Cpu.Plant:102", rack: 1, slot: 3, id: "s7://cpu.plant:102 rack 1 slot 3"},
 		{kind: "opcua", addr: "opc.tcp://PLC.local", id: "opc.tcp://plc.local:4840"},
 		{kind: "opcua", addr: "opc.tcp://bridge:s3cret@PLC.local:4840/UA/Server/?x=1#f", id: "opc.tcp://plc.local:4840/UA/Server"},
 		{kind: "opcua", addr: "opc.tcp://[::1]/UA", id: "opc.tcp://localhost:4840/UA", local: true},
 		{kind: "opcua", addr: "opc.tcp://plc.local:4841", id: "opc.tcp://plc.local:4841"},
 		{kind: "opcua", addr: "opc.tcp://u:s3cret@", fail: true},
 	} {
-		ep, err := (&routes.Device{Kind: c.kind, Address: c.addr, Rack: c.rack, Slot: c.slot}).Endpoint()
+		ep, err := (&routes.Device{Kind: c.kind, Address: c.addr}).Endpoint()
 		if c.fail {
 			if err == nil || strings.Contains(err.Error(), "s3cret") {
 				t.Errorf("%s %q: endpoint %+v, err %v: want an error without the password", c.kind, c.addr, ep, err)
@@ -46,7 +42,7 @@ func TestEndpointIdentityPerKind(t *testing.T) {
 			continue
 		}
 		if err != nil || ep.ID != c.id || ep.NodeLocal != c.local {
-			t.Errorf("%s %q rack %d slot %d: endpoint %+v, err %v; want %q, node-local %v", c.kind, c.addr, c.rack, c.slot, ep, err, c.id, c.local)
+			t.Errorf("%s %q: endpoint %+v, err %v; want %q, node-local %v", c.kind, c.addr, ep, err, c.id, c.local)
 		}
 	}
 }
@@ -62,7 +58,7 @@ devices:
 
 func device(name, kind, addr string, extra string) string {
 	return "  " + name + ": {kind: " + kind + ", address: \"" + addr + "\"" + extra +
-		", groups: [{name: g, tags: [{name: t, address: \"" + map[string]string{"modbus_tcp": "1", "modbus_rtu": "1", "s7": "DB1.DBW0", "opcua": "ns=1;s=t"}[kind] +
+		", groups: [{name: g, tags: [{name: t, address: \"" + map[string]string{"modbus_tcp": "1", "modbus_rtu": "1", "opcua": "ns=1;s=t"}[kind] +
 		"\", type: int16" + map[bool]string{true: ", register: holding", false: ""}[strings.HasPrefix(kind, "modbus")] + "}]}]}\n"
 }
 
@@ -111,8 +107,6 @@ func TestDeviceEntriesWithOneEndpointAreRefused(t *testing.T) {
 		{name: "modbus_tcp other port", a: device("a", "modbus_tcp", "plc.local:502", ""), b: device("b", "modbus_tcp", "plc.local:503", "")},
 		{name: "modbus_rtu two units on one line", a: device("a", "modbus_rtu", "/dev/ttyUSB0", ", unit_id: 1"), b: device("b", "modbus_rtu", "/dev/./ttyUSB0", ", unit_id: 2"), endpoint: "modbus_rtu:/dev/ttyUSB0"},
 		{name: "modbus_rtu other line", a: device("a", "modbus_rtu", "/dev/ttyUSB0", ""), b: device("b", "modbus_rtu", "/dev/ttyUSB1", "")},
-		{name: "s7 same cpu", a: device("a", "s7", "10.0.0.6", ", slot: 1"), b: device("b", "s7", "10.0.0.6:102", ", slot: 1"), endpoint: "s7://10.0.0.6:102 rack 0 slot 1"},
-		{name: "s7 other slot", a: device("a", "s7", "10.0.0.6:102", ", slot: 2"), b: device("b", "s7", "10.0.0.6:102", ", slot: 3")},
 		{name: "opcua user info", a: device("a", "opcua", "opc.tcp://op:s3cret@Line3:4840/ua", ""), b: device("b", "opcua", "opc.tcp://line3/ua/", ""), endpoint: "opc.tcp://line3:4840/ua"},
 		{name: "opcua other port", a: device("a", "opcua", "opc.tcp://line3:4840", ""), b: device("b", "opcua", "opc.tcp://line3:4841", "")},
 	} {

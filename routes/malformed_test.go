@@ -109,16 +109,22 @@ func TestTopicRules(t *testing.T) {
 
 // BenchmarkUnknownKeys decodes one mapping with n unknown keys. The time
 // per key should not grow with n (it once did: 40,000 keys took 7.4 s).
+// A device's mapping goes through its kind's keys too.
 func BenchmarkUnknownKeys(b *testing.B) {
-	for _, n := range []int{10_000, 100_000} {
+	for _, c := range []struct {
+		where, indent string
+		n             int
+	}{{"manager", "  ", 10_000}, {"manager", "  ", 100_000}, {"device", "    ", 10_000}, {"device", "    ", 100_000}} {
 		var sb strings.Builder
 		sb.WriteString(base)
-		sb.WriteString("manager:\n")
-		for i := range n {
-			fmt.Fprintf(&sb, "  k%d: 1\n", i)
+		if c.where == "manager" {
+			sb.WriteString("manager:\n")
 		}
-		data := []byte(sb.String())
-		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
+		for i := range c.n {
+			fmt.Fprintf(&sb, "%sk%d: 1\n", c.indent, i)
+		}
+		data, n := []byte(sb.String()), c.n
+		b.Run(fmt.Sprintf("%s/keys=%d", c.where, n), func(b *testing.B) {
 			for b.Loop() {
 				if _, err := routes.Parse("cfg.yaml", data); err == nil {
 					b.Fatal("no error")
@@ -168,12 +174,31 @@ routes:
 	for _, a := range ss[0].Inputs.Transports {
 		names = append(names, a.Name)
 	}
-	if got := strings.Join(names, " "); got != "modbus_tcp:plc modbus_tcp:plc2 mqtt:local" {
+	if got := strings.Join(names, " "); got != routes.EndpointClaim+" modbus_tcp:plc modbus_tcp:plc2 mqtt:local" {
 		t.Fatalf("transports %q", got)
 	}
 	r := cfg.Admit()[0]
 	d := cfg.Devices["plc"]
-	if want := 2*d.ActivationBound() + cfg.Brokers["local"].ActivationBound(); r.Activation != want {
+	if want := r.Timing.RenewCallTimeout + 2*d.ActivationBound() + cfg.Brokers["local"].ActivationBound(); r.Activation != want {
 		t.Fatalf("activation %v, want %v", r.Activation, want)
 	}
+}
+
+// A key of another device kind is refused naming the kinds it belongs to;
+// a misspelt key is suggested among the keys of the device's own kind.
+func TestKeysOfAnotherKindAreRefused(t *testing.T) {
+	opcua := func(extra, tagExtra string) string {
+		return base + "  ua: {kind: opcua, address: \"opc.tcp://h:4840\"" + extra +
+			", groups: [{name: g, tags: [{name: x, address: \"ns=1;s=x\", type: bool" + tagExtra + "}]}]}\n" +
+			"routes:\n  - {name: r, session: s, kind: poll, device: ua, broker: local}\n"
+	}
+	wantErrors(t, opcua(", unit_id: 3", ""), `cfg.yaml:17:50: devices.ua.unit_id: unit_id is a modbus_rtu/modbus_tcp key, not opcua`)
+	wantErrors(t, opcua(", serial: {parity: N}", ""), `cfg.yaml:17:50: devices.ua.serial: serial is a modbus_rtu key, not opcua`)
+	wantErrors(t, opcua("", ", bit: 3"), `devices.ua.groups[0].tags[0].bit: bit is a modbus_rtu/modbus_tcp tag key, not opcua`)
+	wantErrors(t, opcua(", securty_mode: None", ""), `devices.ua.securty_mode: unknown key "securty_mode" (did you mean "security_mode"?)`)
+	// A modbus device suggests no key of another kind.
+	wantErrors(t, strings.Replace(base, "    kind: modbus_tcp\n", "    kind: modbus_tcp\n    security_policy: None\n    unit_di: 2\n", 1)+
+		"routes:\n  - {name: r, session: s, kind: poll, device: plc, broker: local}\n",
+		`cfg.yaml:12:5: devices.plc.security_policy: security_policy is an opcua key, not modbus_tcp`,
+		`cfg.yaml:13:5: devices.plc.unit_di: unknown key "unit_di" (did you mean "unit_id"?)`)
 }

@@ -179,9 +179,9 @@ func (c *Config) Sessions() []Session {
 	return out
 }
 
-// unionTransports is what a session's owner opens: every transport any of
-// its routes names, once, devices first (the term opens them in that
-// order). Routes of one session may use different devices and brokers;
+// unionTransports is what a session's owner opens: the endpoint claim when
+// it has devices, then every transport any of its routes names, once,
+// devices first (the term opens them in that order). Routes of one session may use different devices and brokers;
 // admission sums the bounds of all of them.
 func unionTransports(views []routeInputs) []admission.Activation {
 	var devices, brokers []admission.Activation
@@ -199,8 +199,19 @@ func unionTransports(views []routeInputs) []admission.Activation {
 			}
 		}
 	}
+	if len(devices) > 0 {
+		// Before opening a device the owner claims its endpoints in the
+		// lease store (failover/claims.go), one call within
+		// renew_call_timeout: part of the activation it pays.
+		claim := admission.Activation{Name: EndpointClaim, Bound: views[0].inputs.Timing.RenewCallTimeout}
+		devices = append([]admission.Activation{claim}, devices...)
+	}
 	return append(devices, brokers...)
 }
+
+// EndpointClaim names the endpoint-claim call in a session's activation:
+// its bound is renew_call_timeout.
+const EndpointClaim = "lease:endpoint_claim"
 
 func (c *Config) where(routeIndex int) string {
 	return c.position(fmt.Sprintf("routes[%d]", routeIndex))

@@ -46,11 +46,6 @@ var (
 	byteOrders = []string{"ABCD", "DCBA", "BADC", "CDAB"}
 	registers  = []string{"holding", "input", "coil", "discrete"}
 	tagTypes   = []string{"bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float32", "float64", "string"}
-	// s7Address accepts TIA-style absolute addresses: DB1.DBX0.0 (a bit),
-	// DB1.DBB2, DB1.DBW10, DB1.DBD4, DB1.DBS20 (a string, with length),
-	// DB1.STRING10.20, and the M/I/E/Q/A areas such as MX5.2, M5.2, MW10,
-	// IB0 or QD4. A bit index goes with bit addresses only.
-	s7Address = regexp.MustCompile(`^(?i)(DB[0-9]+\.DBX[0-9]+\.[0-7]|DB[0-9]+\.DB[BWDS][0-9]+|DB[0-9]+\.(DB)?STRING[0-9]+\.[0-9]+|[MIEQA]X?[0-9]+\.[0-7]|[MIEQA][BWD][0-9]+)$`)
 	// opcuaNodeID accepts the string forms of OPC UA node ids.
 	opcuaNodeID = regexp.MustCompile(`^(ns=[0-9]+;)?[isgb]=.+$`)
 )
@@ -239,42 +234,15 @@ func (c *Config) checkDevice(path string, d *Device) Errors {
 	if d.ConnectTimeout.D() > math.MaxInt64-d.RequestTimeout.D() {
 		add(path, "activation bound connect_timeout + request_timeout overflows")
 	}
-	modbus := d.Kind == KindModbusTCP || d.Kind == KindModbusRTU
-	switch d.Kind {
-	case KindModbusTCP, KindS7:
-		if _, err := d.Endpoint(); d.Address != "" && err != nil {
-			add(path+".address", "%s", strings.TrimPrefix(err.Error(), "routes: "))
-		}
-	case KindModbusRTU:
-		if !slices.Contains([]string{"N", "E", "O"}, d.Serial.Parity) {
-			add(path+".serial.parity", "parity %q: want N, E or O", d.Serial.Parity)
-		}
-	case KindOPCUA:
-		if d.Address != "" && !strings.HasPrefix(d.Address, "opc.tcp://") {
-			add(path+".address", "address %q: want an endpoint such as opc.tcp://host:4840", redact.URL(d.Address))
-		}
-		if !slices.Contains([]string{"None", "Basic256Sha256"}, d.SecurityPolicy) {
-			add(path+".security_policy", "security_policy %q: want None or Basic256Sha256", d.SecurityPolicy)
-		}
-		if !slices.Contains([]string{"None", "Sign", "SignAndEncrypt"}, d.SecurityMode) {
-			add(path+".security_mode", "security_mode %q: want None, Sign or SignAndEncrypt", d.SecurityMode)
-		}
-		if (d.SecurityPolicy == "None") != (d.SecurityMode == "None") {
-			add(path+".security_mode", "security_policy %s with security_mode %s: None goes with None", d.SecurityPolicy, d.SecurityMode)
-		}
-	default:
-		add(path+".kind", "unknown device kind %q: want modbus_tcp, modbus_rtu, s7 or opcua", d.Kind)
+	k := LookupKind(d.Kind)
+	if k == nil {
+		add(path+".kind", "unknown device kind %q: want %s", d.Kind, strings.Join(Kinds(), ", "))
 		return errs
 	}
-	if modbus {
-		if u := *d.UnitID; u < 0 || u > 255 {
-			add(path+".unit_id", "unit_id %d: want 0..255", u)
-		}
-		if !slices.Contains(byteOrders, d.ByteOrder) {
-			add(path+".byte_order", "byte_order %q: want ABCD, DCBA, BADC or CDAB", d.ByteOrder)
-		}
+	errs = append(errs, c.checkForeignKeys(path, k, false)...)
+	if k.Check != nil {
+		errs = append(errs, k.Check(c, path, d)...)
 	}
-	errs = append(errs, c.checkCreds(path, d.Credentials, nil)...)
 	groups, tags := map[string]bool{}, map[string]string{}
 	for i, g := range d.Groups {
 		gp := fmt.Sprintf("%s.groups[%d]", path, i)
@@ -292,7 +260,7 @@ func (c *Config) checkDevice(path string, d *Device) Errors {
 			add(gp+".interval", "interval must be > 0")
 		}
 		switch {
-		case g.Mode == "subscribe" && d.Kind != KindOPCUA:
+		case g.Mode == "subscribe" && !k.Subscribe:
 			add(gp+".mode", "mode subscribe is for opcua devices; %s devices are polled", d.Kind)
 		case g.Mode != "poll" && g.Mode != "subscribe":
 			add(gp+".mode", "mode %q: want poll or subscribe", g.Mode)
@@ -310,13 +278,15 @@ func (c *Config) checkDevice(path string, d *Device) Errors {
 			} else {
 				tags[t.Name] = tp
 			}
-			errs = append(errs, c.checkTag(tp, d, t)...)
+			errs = append(errs, c.checkTag(tp, d, k, t)...)
 		}
 	}
 	return errs
 }
 
-func (c *Config) checkTag(path string, d *Device, t *Tag) Errors {
+// checkTag applies the rules common to every tag, then its kind's (only
+// to a tag that passed them when the kind checks the whole tag).
+func (c *Config) checkTag(path string, d *Device, k *DeviceKind, t *Tag) Errors {
 	var errs Errors
 	add := func(p, format string, args ...any) { errs = append(errs, c.errAt(p, format, args...)) }
 	if t.Address == "" {
@@ -336,44 +306,9 @@ func (c *Config) checkTag(path string, d *Device, t *Tag) Errors {
 	if t.Deadband < 0 {
 		add(path+".deadband", "deadband must be >= 0")
 	}
-	switch d.Kind {
-	case KindModbusTCP, KindModbusRTU:
-		if _, err := ModbusAddress(t.Address); t.Address != "" && err != nil {
-			add(path+".address", "address %q: want a 0-based register number 0..65535, decimal (\"100\") or hex (\"0x64\")", t.Address)
-		}
-		if !slices.Contains(registers, t.Register) {
-			add(path+".register", "register %q: want holding, input, coil or discrete", t.Register)
-		}
-		bitReg := t.Register == "coil" || t.Register == "discrete"
-		if bitReg && t.Type != "bool" {
-			add(path+".type", "a %s register holds one bit: type must be bool", t.Register)
-		}
-		if t.Type == "bool" && !bitReg && t.Bit == nil {
-			add(path+".bit", "a bool in a %s register needs bit (0..15)", t.Register)
-		}
-		if t.Bit != nil && (*t.Bit < 0 || *t.Bit > 15) {
-			add(path+".bit", "bit %d: want 0..15", *t.Bit)
-		}
-		if t.ByteOrder != "" && !slices.Contains(byteOrders, t.ByteOrder) {
-			add(path+".byte_order", "byte_order %q: want ABCD, DCBA, BADC or CDAB", t.ByteOrder)
-		}
-		if t.Writable && (t.Register == "input" || t.Register == "discrete") {
-			add(path+".writable", "%s registers are read-only in Modbus", t.Register)
-		}
-	case KindS7:
-		if t.Address != "" && !s7Address.MatchString(t.Address) {
-			add(path+".address", "address %q: want a TIA address such as DB1.DBX0.0, DB1.DBB2, DB1.DBW10, DB1.DBD4, DB1.DBS20, DB1.STRING10.20, MW10, MX5.2 or I0.1", t.Address)
-		}
-		if t.Register != "" {
-			add(path+".register", "register is a Modbus key; S7 addresses carry their area")
-		}
-	case KindOPCUA:
-		if t.Address != "" && !opcuaNodeID.MatchString(t.Address) {
-			add(path+".address", "address %q: want a node id such as ns=2;s=Temperature or i=2258", t.Address)
-		}
-		if t.Register != "" {
-			add(path+".register", "register is a Modbus key; OPC UA tags are node ids")
-		}
+	errs = append(errs, c.checkForeignKeys(path, k, true)...)
+	if k.CheckTag != nil && (len(errs) == 0 || !k.WholeTag) {
+		errs = append(errs, k.CheckTag(c, path, d, t)...)
 	}
 	return errs
 }

@@ -98,14 +98,14 @@ devices:
 `)
 	code, out, _ = runCmd(t, "admit", "-c", cfg)
 	if code != exitRefused || !strings.Contains(out, "refused: failover_slo = 300s is declared but broker_health_step_down is omitted") ||
-		!strings.Contains(out, "refused: owner-death budget 343.5s exceeds failover_slo 300s by 43.5s (largest terms: activation 247s = 71.9%") {
+		!strings.Contains(out, "refused: owner-death budget 346.5s exceeds failover_slo 300s by 46.5s (largest terms: activation 250s = 72.2%") {
 		t.Errorf("refused: exit %d\n%s", code, out)
 	}
 	code, out, _ = runCmd(t, "admit", "-c", cfg, "--json")
 	a = decodeAdmission(t, out)
 	s := a.Sessions[0]
 	if code != exitRefused || a.Admitted || s.Admitted || s.BrokerPathNS != nil || s.BrokerPathFailover != "undecided" ||
-		*s.FailoverSLONS != int64(5*time.Minute) || *s.OwnerDeathNS != int64(343500*time.Millisecond) || len(s.Refusals) != 2 {
+		*s.FailoverSLONS != int64(5*time.Minute) || *s.OwnerDeathNS != int64(346500*time.Millisecond) || len(s.Refusals) != 2 {
 		t.Errorf("refused --json: exit %d %+v", code, s)
 	}
 
@@ -153,7 +153,8 @@ routes: [{name: pub, session: s, kind: poll, device: d, broker: local}]
 		}
 		got := a.Sessions[0]
 		ref := admissiontest.Timing{L: int64(l), R: int64(r), J: int64(j), C: int64(c), P: int64(p), G: int64(g), S: int64(s), B: int64(b),
-			A: int64(3*ct + 3*rt + 2*ug + dc + dr)}
+			// The device session also claims its endpoint: one C.
+			A: int64(3*ct + 3*rt + 2*ug + dc + dr + c)}
 		if got.ActivationNS != ref.A {
 			t.Fatalf("trial %d: activation %d, want %d", trial, got.ActivationNS, ref.A)
 		}
@@ -225,33 +226,36 @@ func TestDocsTableMatchesBinary(t *testing.T) {
 	}
 }
 
-// The configuration embedded in the Kubernetes example is admitted too.
+// The configuration embedded in each Kubernetes example is admitted too.
 func TestKubernetesExampleConfigIsAdmitted(t *testing.T) {
-	raw, err := os.ReadFile("../../examples/kubernetes/sidecar.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(raw))
-	found := false
-	for {
-		var doc struct {
-			Kind string            `yaml:"kind"`
-			Data map[string]string `yaml:"data"`
+	for _, name := range []string{"shared-broker.yaml", "clustered-broker.yaml"} {
+		raw, err := os.ReadFile("../../examples/kubernetes/" + name)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if err := dec.Decode(&doc); err != nil {
-			break
+		dec := yaml.NewDecoder(bytes.NewReader(raw))
+		found := false
+		for {
+			var doc struct {
+				Kind string            `yaml:"kind"`
+				Data map[string]string `yaml:"data"`
+			}
+			if err := dec.Decode(&doc); err != nil {
+				break
+			}
+			cfg, ok := doc.Data["config.yaml"]
+			if doc.Kind != "ConfigMap" || !ok {
+				continue
+			}
+			found = true
+			code, out, errs := runCmd(t, "admit", "-c", writeConfig(t, cfg))
+			if code != exitOK {
+				t.Errorf("%s config: exit %d\n%s%s", name, code, out, errs)
+			}
 		}
-		if doc.Kind != "ConfigMap" {
-			continue
+		if !found {
+			t.Errorf("no leasebridge ConfigMap in examples/kubernetes/%s", name)
 		}
-		found = true
-		code, out, errs := runCmd(t, "admit", "-c", writeConfig(t, doc.Data["config.yaml"]))
-		if code != exitOK {
-			t.Errorf("kubernetes example config: exit %d\n%s%s", code, out, errs)
-		}
-	}
-	if !found {
-		t.Fatal("no ConfigMap in examples/kubernetes/sidecar.yaml")
 	}
 }
 

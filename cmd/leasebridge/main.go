@@ -11,6 +11,7 @@
 //	leasebridge handover SESSION [--to NODE] -c FILE
 //	leasebridge drain NODE -c FILE / undrain NODE -c FILE
 //	leasebridge help [COMMAND]              the commands, or one's flags and examples
+//	leasebridge version                     the build stamp (also --version)
 //
 // Exit status: 0 admitted (admit) or stopped cleanly with every lease
 // released (run); 1 refused by admission or a runtime failure (run: a
@@ -86,6 +87,9 @@ func commands() []command {
 		{name: "undrain", synopsis: "NODE -c FILE",
 			summary: "the node competes for its sessions again",
 			about:   undrainAbout, examples: undrainExamples, main: drain("undrain", false)},
+		{name: "version", synopsis: "",
+			summary: "module version, VCS revision, Go version (also --version)",
+			about:   versionAbout, examples: versionExamples, main: version},
 	}
 }
 
@@ -106,6 +110,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "help", "-h", "-help", "--help":
 		return help(args[1:], stdout, stderr)
+	case "--version":
+		return version(args[1:], stdout, stderr)
 	}
 	if c, ok := lookup(args[0]); ok {
 		return c.main(args[1:], stdout, stderr)

@@ -27,11 +27,8 @@ import (
 	"github.com/leasebridge/leasebridge/lease/etcdstore"
 	"github.com/leasebridge/leasebridge/routes"
 
-	// Every transport registers itself.
-	_ "github.com/leasebridge/leasebridge/transports/modbus"
-	_ "github.com/leasebridge/leasebridge/transports/mqtt"
-	_ "github.com/leasebridge/leasebridge/transports/opcua"
-	_ "github.com/leasebridge/leasebridge/transports/s7"
+	// Every transport registers itself: its connection and its config.
+	_ "github.com/leasebridge/leasebridge/transports/all"
 )
 
 // runMain is `leasebridge run -c FILE`: admission first, and a refusal

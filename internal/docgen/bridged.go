@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/leasebridge/leasebridge/admission"
@@ -17,12 +16,6 @@ const mosquittoDefaultQueue = 1000
 // bridgeRates are the message rates the queue-sizing table shows.
 var bridgeRates = []float64{10, 50, 200}
 
-// queueNeed is the per-client queue a broker needs to hold rate messages
-// per second for gap: ceil(rate x gap).
-func queueNeed(rate float64, gap time.Duration) int64 {
-	return int64(math.Ceil(rate * gap.Seconds()))
-}
-
 func bridgedData(profiles ...report.Profile) ([]byte, error) {
 	type row struct {
 		Profile admission.Mode
@@ -33,7 +26,7 @@ func bridgedData(profiles ...report.Profile) ([]byte, error) {
 	for _, p := range profiles {
 		r := row{Profile: p.Mode, Budget: admission.FormatSeconds(p.OwnerDeath.Total)}
 		for _, rate := range bridgeRates {
-			r.Need = append(r.Need, fmt.Sprintf("%d", queueNeed(rate, p.OwnerDeath.Total)))
+			r.Need = append(r.Need, fmt.Sprintf("%d", mqtt.QueueNeed(rate, p.OwnerDeath.Total)))
 		}
 		rows = append(rows, r)
 	}
@@ -43,5 +36,6 @@ func bridgedData(profiles ...report.Profile) ([]byte, error) {
 		"Queues":           rows,
 		"MosquittoDefault": mosquittoDefaultQueue,
 		"MosquittoCover":   admission.FormatSeconds(cover),
+		"WatchPrefix":      mqtt.WatchClientIDPrefix,
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"go/token"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/leasebridge/leasebridge/routes"
@@ -17,10 +18,19 @@ import (
 // comments become the descriptions of docs/configuration.md.
 const routesSource = "../../routes"
 
+// module is the import path prefix of this repository's packages.
+const module = "github.com/leasebridge/leasebridge/"
+
 // fieldDocs maps "Type.Field" to the field's doc comment in routes.
 func fieldDocs() (map[string]string, map[string]string, error) {
+	return packageDocs(routesSource, module+"routes")
+}
+
+// packageDocs maps "Type.Field" to the field's doc comment, and "Type" to
+// the type's, in the package in dir.
+func packageDocs(dir, importPath string) (map[string]string, map[string]string, error) {
 	fset := token.NewFileSet()
-	paths, err := filepath.Glob(filepath.Join(routesSource, "*.go"))
+	paths, err := filepath.Glob(filepath.Join(dir, "*.go"))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -35,7 +45,7 @@ func fieldDocs() (map[string]string, map[string]string, error) {
 		}
 		files = append(files, f)
 	}
-	d, err := doc.NewFromFiles(fset, files, "github.com/leasebridge/leasebridge/routes", doc.AllDecls)
+	d, err := doc.NewFromFiles(fset, files, importPath, doc.AllDecls)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -104,7 +114,7 @@ type section struct {
 }
 
 // configReference renders one table per configuration block, with every
-// key's type, default and documentation.
+// key's type, default and documentation, then one section per device kind.
 func configReference() (string, error) {
 	fields, types, err := fieldDocs()
 	if err != nil {
@@ -125,54 +135,114 @@ func configReference() (string, error) {
 		if d := types[s.t.Name()]; d != "" {
 			fmt.Fprintf(&b, "%s\n\n", d)
 		}
-		b.WriteString("| key | type | default | meaning |\n|---|---|---|---|\n")
-		var rows func(t reflect.Type, owner string)
-		rows = func(t reflect.Type, owner string) {
-			for i := 0; i < t.NumField(); i++ {
-				f := t.Field(i)
-				name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-				if name == "-" || !f.IsExported() {
-					continue
+		queue = append(queue, table(&b, s, fields, defaults)...)
+	}
+	kinds, err := kindSections(defaults)
+	if err != nil {
+		return "", err
+	}
+	return b.String() + kinds, nil
+}
+
+// table writes the key table of section s and returns the sections of
+// the structs below it.
+func table(b *strings.Builder, s section, fields, defaults map[string]string) []section {
+	var queue []section
+	b.WriteString("| key | type | default | meaning |\n|---|---|---|---|\n")
+	var rows func(t reflect.Type, owner string)
+	rows = func(t reflect.Type, owner string) {
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			if name == "-" || !f.IsExported() {
+				continue
+			}
+			if opts == "inline" {
+				rows(f.Type, f.Type.Name())
+				continue
+			}
+			path := name
+			if s.path != "" {
+				path = s.path + "." + name
+			}
+			def := defaults[path]
+			if def == "" {
+				def = "-"
+			} else {
+				def = "`" + def + "`"
+			}
+			// Go doc comments start with the field name; the page
+			// names the key instead.
+			desc := fields[owner+"."+f.Name]
+			if rest, ok := strings.CutPrefix(desc, f.Name+" "); ok {
+				desc = "`" + name + "` " + rest
+			}
+			fmt.Fprintf(b, "| `%s` | %s | %s | %s |\n", name, typeName(f.Type), def, strings.ReplaceAll(desc, "|", "\\|"))
+			inner := f.Type
+			for inner.Kind() == reflect.Pointer || inner.Kind() == reflect.Slice || inner.Kind() == reflect.Map {
+				suffix := ".*"
+				if inner.Kind() == reflect.Slice {
+					suffix = "[*]"
 				}
-				if opts == "inline" {
-					rows(f.Type, f.Type.Name())
-					continue
+				if inner.Kind() != reflect.Pointer {
+					path += suffix
 				}
-				path := name
-				if s.path != "" {
-					path = s.path + "." + name
-				}
-				def := defaults[path]
-				if def == "" {
-					def = "-"
-				} else {
-					def = "`" + def + "`"
-				}
-				// Go doc comments start with the field name; the page
-				// names the key instead.
-				desc := fields[owner+"."+f.Name]
-				if rest, ok := strings.CutPrefix(desc, f.Name+" "); ok {
-					desc = "`" + name + "` " + rest
-				}
-				fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", name, typeName(f.Type), def, strings.ReplaceAll(desc, "|", "\\|"))
-				inner := f.Type
-				for inner.Kind() == reflect.Pointer || inner.Kind() == reflect.Slice || inner.Kind() == reflect.Map {
-					suffix := ".*"
-					if inner.Kind() == reflect.Slice {
-						suffix = "[*]"
-					}
-					if inner.Kind() != reflect.Pointer {
-						path += suffix
-					}
-					inner = inner.Elem()
-				}
-				if inner.Kind() == reflect.Struct && inner != durationType && inner != brokerHealthType {
-					queue = append(queue, section{"`" + path + "`", path, inner})
+				inner = inner.Elem()
+			}
+			if inner.Kind() == reflect.Struct && inner != durationType && inner != brokerHealthType {
+				queue = append(queue, section{"`" + path + "`", path, inner})
+			}
+		}
+	}
+	rows(s.t, s.t.Name())
+	b.WriteString("\n")
+	return queue
+}
+
+// kindSections lists the registered device kinds with the keys each adds
+// to `devices.*`, and a key table for each kind with settings of its own,
+// documented from the comments of its package.
+func kindSections(defaults map[string]string) (string, error) {
+	var b strings.Builder
+	b.WriteString("## Device kinds\n\n")
+	b.WriteString("A device's `kind` decides which keys beyond the common ones (`kind`, `address`, the timeouts, `groups`) it may carry; a key of another kind is an error naming the kinds it belongs to.\n\n")
+	b.WriteString("| kind | device keys | tag keys | meaning |\n|---|---|---|---|\n")
+	var own []string
+	for _, name := range routes.Kinds() {
+		k := routes.LookupKind(name)
+		keys := slices.Clone(k.Keys)
+		if k.Settings != nil {
+			own = append(own, name)
+			st := reflect.TypeOf(k.Settings()).Elem()
+			for i := 0; i < st.NumField(); i++ {
+				if key, _, _ := strings.Cut(st.Field(i).Tag.Get("yaml"), ","); key != "-" && key != "" {
+					keys = append(keys, key)
 				}
 			}
 		}
-		rows(s.t, s.t.Name())
-		b.WriteString("\n")
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", name, codeList(keys), codeList(k.TagKeys), k.Doc)
+	}
+	b.WriteString("\n")
+	for _, name := range own {
+		st := reflect.TypeOf(routes.LookupKind(name).Settings()).Elem()
+		dir := "../../" + strings.TrimPrefix(st.PkgPath(), module)
+		fields, types, err := packageDocs(dir, st.PkgPath())
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&b, "## `devices.*` of kind `%s`\n\n", name)
+		if d := types[st.Name()]; d != "" {
+			fmt.Fprintf(&b, "%s (%s)\n\n", d, strings.TrimPrefix(st.PkgPath(), module))
+		}
+		table(&b, section{path: "devices.*", t: st}, fields, defaults)
 	}
 	return b.String(), nil
+}
+
+// codeList renders keys as `a`, `b`; - when there are none.
+func codeList(keys []string) string {
+	if len(keys) == 0 {
+		return "-"
+	}
+	return "`" + strings.Join(keys, "`, `") + "`"
 }

@@ -23,6 +23,9 @@ import (
 	"github.com/leasebridge/leasebridge/lease/etcdembed"
 	"github.com/leasebridge/leasebridge/routes"
 	"github.com/leasebridge/leasebridge/transports/tagvalue"
+
+	// The device kinds document their own keys.
+	_ "github.com/leasebridge/leasebridge/transports/all"
 )
 
 //go:embed bridged-data.md.tmpl
@@ -50,6 +53,10 @@ var writesTmpl string
 // admit-json.md; the path is relative to this package, where go generate
 // and go test run.
 const exampleConfig = "../../examples/clustered-sidecar.yaml"
+
+// exampleVersion stands in admit-json.md's example for the version a
+// release binary prints.
+const exampleVersion = "v0.1.0"
 
 func main() {
 	out := flag.String("out", "docs", "directory the pages are written to")
@@ -127,7 +134,7 @@ func render() (map[string][]byte, error) {
 	}
 	admit, err := execute(admitJSONTmpl, map[string]any{
 		"ExitAdmitted": report.ExitAdmitted, "ExitRefused": report.ExitRefused, "ExitInvalid": report.ExitInvalid,
-		"Example": example,
+		"Example": example, "SchemaVersion": report.SchemaVersion,
 	})
 	if err != nil {
 		return nil, err
@@ -221,8 +228,11 @@ func admitExample() (string, error) {
 	}
 	cfg.File = strings.TrimPrefix(exampleConfig, "../../")
 	sessions := cfg.Sessions()
+	doc := report.FromReports(cfg, sessions, routes.AdmitSessions(sessions))
+	// The binary's own version varies by build; the page shows a release's.
+	doc.LeasebridgeVersion = exampleVersion
 	var b bytes.Buffer
-	if err := report.WriteJSON(&b, report.FromReports(cfg, sessions, routes.AdmitSessions(sessions))); err != nil {
+	if err := report.WriteJSON(&b, doc); err != nil {
 		return "", err
 	}
 	return b.String(), nil

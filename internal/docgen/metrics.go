@@ -31,6 +31,8 @@ func metricsTable() (string, error) {
 	m.DeviceUp.WithLabelValues("s", "d").Set(0)
 	m.DeviceLastGood.WithLabelValues("s", "d").Set(0)
 	m.DeviceStepDowns.WithLabelValues("s").Add(0)
+	m.Bridges.Declare("s", "r")
+	m.TopologySuspect.WithLabelValues("s").Set(0)
 	families, err := reg.Gather()
 	if err != nil {
 		return "", err

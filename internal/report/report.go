@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leasebridge/leasebridge/admission"
+	"github.com/leasebridge/leasebridge/internal/buildinfo"
 	"github.com/leasebridge/leasebridge/routes"
 )
 
@@ -22,14 +23,20 @@ const (
 	ExitInvalid  = 2 // the configuration or the command line is invalid
 )
 
+// SchemaVersion is the admit --json schema_version. It changes only if a
+// field is renamed or removed; added fields keep it.
+const SchemaVersion = 1
+
 // Admission is the JSON document `leasebridge admit --json` prints; its
 // fields are documented in docs/admit-json.md.
 type Admission struct {
-	Admitted       bool                 `json:"admitted"`
-	File           string               `json:"file"`
-	DeploymentMode string               `json:"deployment_mode,omitempty"`
-	Sessions       []Session            `json:"sessions"`
-	Errors         []*routes.FieldError `json:"errors"`
+	SchemaVersion      int                  `json:"schema_version"`
+	LeasebridgeVersion string               `json:"leasebridge_version"`
+	Admitted           bool                 `json:"admitted"`
+	File               string               `json:"file"`
+	DeploymentMode     string               `json:"deployment_mode,omitempty"`
+	Sessions           []Session            `json:"sessions"`
+	Errors             []*routes.FieldError `json:"errors"`
 }
 
 // Session is one session's admission outcome in JSON.
@@ -67,7 +74,7 @@ func termMap(b admission.Budget) map[string]int64 {
 
 // FromReports builds the JSON document for an admitted or refused file.
 func FromReports(cfg *routes.Config, sessions []routes.Session, reports []admission.Report) Admission {
-	a := Admission{Admitted: true, File: cfg.File, DeploymentMode: string(cfg.DeploymentMode), Errors: []*routes.FieldError{}}
+	a := Admission{SchemaVersion: SchemaVersion, LeasebridgeVersion: buildinfo.Read().Version, Admitted: true, File: cfg.File, DeploymentMode: string(cfg.DeploymentMode), Errors: []*routes.FieldError{}}
 	for i, r := range reports {
 		s := Session{
 			Session:            r.Session,
@@ -106,7 +113,7 @@ func FromReports(cfg *routes.Config, sessions []routes.Session, reports []admiss
 
 // Invalid builds the JSON document for a configuration that did not decode.
 func Invalid(file string, errs routes.Errors) Admission {
-	return Admission{File: file, Sessions: []Session{}, Errors: errs}
+	return Admission{SchemaVersion: SchemaVersion, LeasebridgeVersion: buildinfo.Read().Version, File: file, Sessions: []Session{}, Errors: errs}
 }
 
 // WriteJSON prints the document indented, with a trailing newline.

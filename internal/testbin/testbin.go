@@ -75,6 +75,22 @@ type Bridge struct {
 // mqtt.DetectionBound(KeepAlive).
 const KeepAlive = time.Second
 
+// Manager is the manager block of Config: second-scale lease timings and
+// a one-second broker-path threshold.
+const Manager = `manager:
+  lease_ttl: 2s
+  renew_interval: 300ms
+  lease_renew_jitter: 100ms
+  renew_call_timeout: 200ms
+  acquire_poll_interval: 200ms
+  step_down_grace: 300ms
+  broker_health_step_down: 1s
+  failover_slo: 60s
+`
+
+// BrokerTimings are the settings of Config's broker, after its url.
+var BrokerTimings = "keepalive: " + KeepAlive.String() + ", connect_timeout: 1s, reconcile_timeout: 1s, unmatched_grace: 300ms, close_timeout: 200ms"
+
 // Config is the bridge configuration the process-level tests share:
 // second-scale lease timings, a one-second broker-path threshold, one
 // Modbus PLC polled every 50 ms into a poll route, and a write route on
@@ -94,17 +110,8 @@ func Config(b Bridge) string {
 	return fmt.Sprintf(`deployment_mode: clustered
 node: %s
 %slease_store: {endpoints: [%s], key_prefix: %s}
-manager:
-  lease_ttl: 2s
-  renew_interval: 300ms
-  lease_renew_jitter: 100ms
-  renew_call_timeout: 200ms
-  acquire_poll_interval: 200ms
-  step_down_grace: 300ms
-  broker_health_step_down: 1s
-  failover_slo: 60s
-%sbrokers:
-  local: {url: "%s", keepalive: %s, connect_timeout: 1s, reconcile_timeout: 1s, unmatched_grace: 300ms, close_timeout: 200ms%s}
+%s%sbrokers:
+  local: {url: "%s", %s%s}
 devices:
   plc:
     kind: modbus_tcp
@@ -121,5 +128,5 @@ devices:
 routes:
   - {name: telemetry, session: plc, kind: poll, device: plc, broker: local, publish: every_poll, topic: "%s"}
   - {name: commands, session: plc, kind: write, device: plc, broker: local, request_topic: w/req, reply_topic: w/resp, qos: 1}
-`, b.Node, httpLine, b.Etcd, b.KeyPrefix, b.Manager, b.Broker, KeepAlive, extra, b.PLC, b.Topic)
+`, b.Node, httpLine, b.Etcd, b.KeyPrefix, Manager, b.Manager, b.Broker, BrokerTimings, extra, b.PLC, b.Topic)
 }

@@ -79,6 +79,11 @@ func TestMochiCountsClients(t *testing.T) {
 	if _, err := connect(t, m.URL, "b", nil); err != nil {
 		t.Fatal(err)
 	}
+	// The count stays 1 across the replacement, so wait for the third
+	// session to be counted rather than for the count.
+	for m.Sessions() < 3 && ctx.Err() == nil {
+		time.Sleep(5 * time.Millisecond)
+	}
 	if err := m.WaitConnected(ctx, func(n int) bool { return n == 1 }); err != nil {
 		t.Fatal(err)
 	}

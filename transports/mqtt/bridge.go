@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,6 +27,13 @@ const (
 // bounded well below it by the source broker's in-flight window, because
 // nothing is acknowledged before it was forwarded.
 const BridgeQueueDepth = 4096
+
+// QueueNeed is the per-client queue limit a source broker needs to keep
+// rate messages a second for gap (an owner-death budget) while no bridge
+// owner is connected: ceil(rate x gap). docs/bridged-data.md shows it.
+func QueueNeed(rate float64, gap time.Duration) int64 {
+	return int64(math.Ceil(rate * gap.Seconds()))
+}
 
 // Bridge forwards messages of a bridge route between a remote broker and
 // the local one, exclusively for its session: both Clients use the
@@ -177,6 +185,9 @@ func (b *Bridge) enqueue(m mapping, q chan pending) func(Message) {
 		q <- p
 	}
 }
+
+// Name is the bridge route's name.
+func (b *Bridge) Name() string { return b.name }
 
 // Forwarded counts messages forwarded in (remote to local) and out.
 func (b *Bridge) Forwarded() (in, out int64) {

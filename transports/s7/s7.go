@@ -12,7 +12,8 @@
 // here so a refused write reports its item's return code and a bit is
 // written as a bit, not by rewriting its byte.
 //
-// The configuration is a *routes.Device of kind s7.
+// The configuration is a *routes.Device of kind s7 whose Settings are a
+// *Config (config.go), which this package registers with routes.
 package s7
 
 import (
@@ -23,7 +24,6 @@ import (
 	"net"
 	"os"
 	"reflect"
-	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -71,7 +71,7 @@ var (
 )
 
 func init() {
-	transports.Register(routes.KindS7, func(name string, cfg any) (transports.Transport, error) {
+	transports.Register(Kind, func(name string, cfg any) (transports.Transport, error) {
 		dev, ok := cfg.(*routes.Device)
 		if !ok {
 			return nil, fmt.Errorf("%w: transport %q: configuration is %T, want *routes.Device", ErrConfig, name, cfg)
@@ -160,26 +160,26 @@ func New(name string, dev *routes.Device) (*Transport, error) {
 	if dev == nil {
 		return nil, fmt.Errorf("%w: transport %q: no device", ErrConfig, name)
 	}
-	if dev.Kind != routes.KindS7 {
-		return nil, fmt.Errorf("%w: device %q: kind %q, want %s", ErrConfig, name, dev.Kind, routes.KindS7)
+	if dev.Kind != Kind {
+		return nil, fmt.Errorf("%w: device %q: kind %q, want %s", ErrConfig, name, dev.Kind, Kind)
+	}
+	cfg, err := settings(dev)
+	if err == nil {
+		err = checkRackSlot(cfg)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: device %q: %w", ErrConfig, name, err)
 	}
 	t := &Transport{
-		name: name, address: dev.Address, rack: dev.Rack, slot: dev.Slot,
+		name: name, rack: cfg.Rack, slot: cfg.Slot,
 		groups: map[string]*group{},
 		tags:   map[string]*tag{},
 		state:  transports.State{Since: time.Now(), Err: ErrNotOpen},
 	}
 	t.connectTimeout, t.requestTimeout, t.closeTimeout = dev.Timeouts()
 	t.life, t.endLife = context.WithCancel(context.Background())
-	if _, _, err := net.SplitHostPort(t.address); err != nil {
-		if t.address == "" || strings.Contains(t.address, ":") {
-			return nil, fmt.Errorf("%w: device %q: address %q: want host or host:port: %v", ErrConfig, name, dev.Address, err)
-		}
-		// A bare host means the ISO-on-TCP port.
-		t.address = net.JoinHostPort(t.address, routes.DefaultS7Port)
-	}
-	if t.rack < 0 || t.rack > 7 || t.slot < 0 || t.slot > 31 {
-		return nil, fmt.Errorf("%w: device %q: rack %d slot %d: want rack 0..7 and slot 0..31", ErrConfig, name, t.rack, t.slot)
+	if t.address, err = dialAddress(dev.Address); err != nil {
+		return nil, fmt.Errorf("%w: device %q: %w", ErrConfig, name, err)
 	}
 	for _, pg := range dev.Groups {
 		if pg == nil {

@@ -42,10 +42,10 @@ func newRig(t *testing.T, pdu int, dev *routes.Device) *rig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = px.Close() })
-	dev.Kind = routes.KindS7
+	dev.Kind = Kind
 	dev.Address = px.Addr()
-	if dev.Slot == 0 {
-		dev.Slot = 1
+	if dev.Settings == nil {
+		dev.Settings = &Config{Slot: 1}
 	}
 	tr, err := New("plc7", dev)
 	if err != nil {
@@ -352,20 +352,20 @@ func TestConfigErrors(t *testing.T) {
 		{routes.Tag{Name: "j", Address: "DB1.DBW0", ByteOrder: "DCBA"}, ErrConfig, "big-endian"},
 		{routes.Tag{Name: "k", Address: "M10"}, ErrAddress, "M10.3"},
 	} {
-		_, err := New("dev", &routes.Device{Kind: routes.KindS7, Address: "127.0.0.1",
+		_, err := New("dev", &routes.Device{Kind: Kind, Address: "127.0.0.1",
 			Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{&tc.tag}}}})
 		if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), `"`+tc.tag.Name+`"`) || !strings.Contains(err.Error(), tc.has) {
 			t.Errorf("tag %s (%s): error %v, want %v naming the tag and saying %q", tc.tag.Name, tc.tag.Address, err, tc.want, tc.has)
 		}
 	}
-	tr, err := New("dev", &routes.Device{Kind: routes.KindS7, Address: "10.0.0.1"})
+	tr, err := New("dev", &routes.Device{Kind: Kind, Address: "10.0.0.1"})
 	if err != nil || tr.address != "10.0.0.1:102" {
 		t.Errorf("bare host: %v %v", tr, err)
 	}
 }
 
 func TestRackSlot(t *testing.T) {
-	r := newRig(t, 240, &routes.Device{Rack: 0, Slot: 2, Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Name: "x", Address: "MW0"}}}}})
+	r := newRig(t, 240, &routes.Device{Settings: &Config{Slot: 2}, Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Name: "x", Address: "MW0"}}}}})
 	err := r.tr.Open(r.owner)
 	if !errors.Is(err, ErrConnect) || !strings.Contains(err.Error(), "rack 0, slot 2") {
 		t.Fatalf("Open with the wrong slot: %v, want ErrConnect naming rack and slot", err)
