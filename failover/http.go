@@ -34,6 +34,7 @@ func Handler(sv *Supervisor, gatherer prometheus.Gatherer) http.Handler {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	mux.HandleFunc("GET /fleet", fleetHandler(sv))
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		why := sv.NotReady()
 		body := Readiness{Ready: len(why) == 0, LeaseStoreUp: sv.StoreUp(), NotReady: why, Sessions: sv.Status()}

@@ -38,6 +38,10 @@ type Metrics struct {
 	// TimingMismatches counts the distinct owner timings seen that differ
 	// from this node's.
 	TimingMismatches *prometheus.CounterVec
+	// SessionUnowned is 1 while no node owns the session, as this node
+	// observes the row (released, or unchanged for its owner's lease_ttl):
+	// for a pinned session, every eligible node is down or draining.
+	SessionUnowned *prometheus.GaugeVec
 	// StoreUp is 1 while the lease store answers this process's probe.
 	StoreUp prometheus.Gauge
 	// WriteRequests counts write requests by outcome (the reply code).
@@ -138,11 +142,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "1 while this standby of a session with a bridge route has stood by longer than the owner-death budget and its local broker carries no active status from another node: the owner uses another broker (docs/bridged-data.md).",
 		}, []string{"session"}),
 		Bridges: newBridgeCounters(),
+		SessionUnowned: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "leasebridge_session_unowned",
+			Help: "1 while no node owns the session as this node observes its lease row (released, or unchanged for its owner's lease_ttl); with fleet rows only.",
+		}, []string{"session"}),
 	}
 	m.BuildInfo.WithLabelValues(buildinfo.Read().Labels()...).Set(1)
 	reg.MustRegister(m.Bridges, m.FailureToFull, m.State, m.Epoch, m.RenewFailures, m.StepDowns, m.Budget, m.TransportErrors, m.Takeovers,
 		m.ClaimConflicts, m.TimingMismatch, m.TimingMismatches, m.StoreUp, m.WriteRequests,
-		m.DeviceUp, m.DeviceLastGood, m.DeviceStepDowns, m.BuildInfo, m.TopologySuspect)
+		m.DeviceUp, m.DeviceLastGood, m.DeviceStepDowns, m.BuildInfo, m.TopologySuspect, m.SessionUnowned)
 	return m
 }
 

@@ -42,6 +42,7 @@ type session struct {
 	mgr      *lease.Manager // replaced after a device-path cooldown
 	health   *pathHealth    // the current ownership's; nil on a standby
 	cooling  bool           // a device-path release ended the manager
+	pause    *pause         // a planned handover or drain ended the manager
 	timing   timingState    // the row owner's timing against this node's
 }
 
@@ -95,9 +96,15 @@ func (s *session) run(ctx context.Context) {
 			s.log.Error("lease manager stopped", "err", err)
 		}
 		s.mu.Lock()
-		cooling := s.cooling
+		cooling, p := s.cooling, s.pause
 		s.cooling = false
 		s.mu.Unlock()
+		if p != nil && ctx.Err() == nil {
+			if !s.sitOut(ctx, p) {
+				return
+			}
+			continue
+		}
 		if !cooling || ctx.Err() != nil {
 			return
 		}

@@ -49,6 +49,9 @@ type Options struct {
 	// Claims, when set, records the device endpoints of every owned
 	// session (docs/lease-protocol.md, endpoint claims).
 	Claims lease.Claimer
+	// Fleet, when set, carries the node's membership row, planned
+	// handovers and drains (docs/lease-protocol.md, fleet rows).
+	Fleet lease.Fleet
 }
 
 // Supervisor runs every session of a process.
@@ -65,6 +68,10 @@ type Supervisor struct {
 	// ending its device-path cooldown then stays down.
 	managers atomic.Int32
 	stopping atomic.Bool
+	fleet    *fleet // nil without Options.Fleet
+	// pinned are the sessions of the file this node is not eligible for
+	// (routes pin nodes): it runs no lease manager for them.
+	pinned []string
 }
 
 type stepDownRequest struct {
@@ -98,6 +105,11 @@ func New(o Options) (*Supervisor, error) {
 	for _, rep := range o.Reports {
 		if !rep.Admitted() {
 			return nil, fmt.Errorf("%w: session %s: %v", ErrNotAdmitted, rep.Session, rep.Refusals)
+		}
+		if pin := o.Config.Pinning(rep.Session); !pin.Eligible(o.Node) {
+			sv.pinned = append(sv.pinned, rep.Session)
+			o.Logger.Info("session pinned to other nodes: not competing", "session", rep.Session, "nodes", pin.Nodes)
+			continue
 		}
 		s := &session{sup: sv, name: rep.Session, report: rep, routes: byName[rep.Session],
 			log: o.Logger.With("session", rep.Session)}
@@ -140,6 +152,9 @@ func New(o Options) (*Supervisor, error) {
 	if sv.topology, err = newTopology(sv); err != nil {
 		return nil, err
 	}
+	if o.Fleet != nil {
+		sv.fleet = newFleet(sv, o.Fleet)
+	}
 	return sv, nil
 }
 
@@ -179,11 +194,17 @@ func LogBudgets(log *slog.Logger, reports []admission.Report) {
 func (sv *Supervisor) Run(ctx context.Context) error {
 	mctx, mcancel := context.WithCancel(context.Background())
 	defer mcancel()
+	fctx, fcancel := context.WithCancel(mctx)
+	defer fcancel()
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); sv.health.run(mctx) }()
 	wg.Add(1)
 	go func() { defer wg.Done(); sv.topology.run(mctx) }()
+	if sv.fleet != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); sv.fleet.run(fctx) }()
+	}
 	for _, s := range sv.sessions {
 		// One goroutine per session while it stands by: the manager's;
 		// lease events are handled on it (session.handle).
@@ -198,16 +219,21 @@ func (sv *Supervisor) Run(ctx context.Context) error {
 	var result error
 	select {
 	case <-ctx.Done():
+		fcancel()
 		sv.stopping.Store(true)
 		sv.o.Logger.Info("shutting down: releasing every lease")
 		result = sv.releaseAll(nil, time.Now())
 	case req := <-sv.stepDown:
+		fcancel()
 		sv.stopping.Store(true)
 		sv.runStepDown(req)
 		result = ErrStepDown
 	}
 	mcancel()
 	wg.Wait()
+	if sv.fleet != nil {
+		sv.fleet.farewell()
+	}
 	return result
 }
 

@@ -281,6 +281,15 @@ func (c *Core) Release(now time.Duration) Step {
 	return c.Tick(now)
 }
 
+// PollNow moves a standby's next poll to now (or to the end of its hold
+// after a fenced term) and advances the core like Tick.
+func (c *Core) PollNow(now time.Duration) Step {
+	if c.state == StateStandby && c.pending == pNone && !c.releaseWanted {
+		c.nextAcquire = min(c.nextAcquire, max(now, c.holdUntil))
+	}
+	return c.Tick(now)
+}
+
 // Done reports the outcome of the outstanding Op at now.
 func (c *Core) Done(now time.Duration, r Result) Step {
 	var s Step

@@ -47,6 +47,7 @@ type Manager struct {
 	clock   func() time.Duration
 	core    *Core
 	release chan chan error
+	poke    chan struct{}
 	// note is written into the released row (ReleaseWith).
 	note    atomic.Pointer[Release]
 	done    chan struct{}
@@ -84,7 +85,7 @@ func NewManager(o Options) (*Manager, error) {
 		}
 		core.SetFed(true)
 	}
-	return &Manager{o: o, clock: clock, core: core, release: make(chan chan error), done: make(chan struct{})}, nil
+	return &Manager{o: o, clock: clock, core: core, release: make(chan chan error), poke: make(chan struct{}, 1), done: make(chan struct{})}, nil
 }
 
 // Owner returns the current owner handle, or nil while not owner.
@@ -148,6 +149,13 @@ func (m *Manager) Run(ctx context.Context) error {
 		case f := <-feed:
 			sub.setWant(false)
 			step = m.core.Feed(m.clock(), f.sent, f.r)
+		case <-m.poke:
+			step = m.core.PollNow(m.clock())
+			if m.o.Rows != nil {
+				// A fed standby's next Acquire is the row source's next
+				// bulk read: ask for it now.
+				m.o.Rows.ReadSoon()
+			}
 		case reply = <-m.release:
 			m.endOwner(ErrReleased)
 			step = m.core.Release(m.clock())
@@ -198,6 +206,17 @@ func (m *Manager) ReleaseWith(ctx context.Context, why *Release) error {
 		return err
 	case <-ctx.Done():
 		return fmt.Errorf("release of key %q: %w", m.o.Key, ctx.Err())
+	}
+}
+
+// Poke makes a standby poll the row now rather than at its next poll: a
+// planned handover's target calls it when the row is released. It never
+// blocks and is a no-op for an owner; polling early is always safe, as a
+// takeover still waits for a revision to stay unchanged for lease_ttl.
+func (m *Manager) Poke() {
+	select {
+	case m.poke <- struct{}{}:
+	default:
 	}
 }
 

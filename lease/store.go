@@ -33,6 +33,10 @@ type Row struct {
 	// takes the row over. A released row, or one written by a binary
 	// older than this field, carries none (the zero value).
 	Timing RowTiming `json:"timing,omitzero"`
+	// RenewedAt is the writer's wall clock at the write, Unix nanoseconds,
+	// stamped by the store; for the age `leasebridge status` prints only:
+	// the protocol never reads it (takeover is judged by observation).
+	RenewedAt int64 `json:"renewed_at_unix_ns,omitempty"`
 	// Release, in a released row, says why and since when its last owner
 	// gave it up, so the successor can measure the whole outage; nil when
 	// the owner said nothing (or the row is owned).

@@ -28,6 +28,11 @@ type Config struct {
 	DataDir string `yaml:"data_dir"`
 	// HTTPListen is the address of /metrics, /healthz, /readyz and /sessions.
 	HTTPListen string `yaml:"http_listen"`
+	// Spread, when true, makes this node ask for its fair share of the
+	// sessions (ceil(sessions / live nodes)) through planned handovers,
+	// one at a time; rendezvous hashing picks which
+	// (docs/lease-protocol.md, spread). Every node of a fleet should agree.
+	Spread bool `yaml:"spread"`
 	// LeaseStore is where the lease rows live.
 	LeaseStore LeaseStore `yaml:"lease_store"`
 	// Manager holds the defaults of every manager input; a route's own
@@ -206,6 +211,8 @@ type Device struct {
 
 	// Groups are the device's poll groups.
 	Groups []*PollGroup `yaml:"groups"`
+	// Pin limits the nodes the sessions using the device may run on.
+	Pin `yaml:",inline"`
 	// Settings is the kind's own configuration, decoded from the keys
 	// its DeviceKind declares (a *s7.Config for s7); nil for a kind
 	// without settings or a Device built in code.
@@ -337,6 +344,8 @@ type Route struct {
 	Topics []*TopicMap `yaml:"topics"`
 	// Manager overrides the file's manager inputs for this route's session.
 	Manager Manager `yaml:"manager"`
+	// Pin limits the nodes the route's session may run on.
+	Pin `yaml:",inline"`
 	// Line is where the route is defined.
 	Line int `yaml:"-"`
 }

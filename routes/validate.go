@@ -119,6 +119,7 @@ func (c *Config) validate() Errors {
 			}
 		}
 	}
+	errs = append(errs, c.checkPins()...)
 	return append(errs, c.checkClientIDs()...)
 }
 

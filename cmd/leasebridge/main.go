@@ -7,6 +7,9 @@
 //	                                        dry run for CI: opens nothing
 //	leasebridge budget --profile NAME [--json|--markdown]
 //	leasebridge demo                        a takeover against its budget
+//	leasebridge status -c FILE [--json]     the fleet view from the lease store
+//	leasebridge handover SESSION [--to NODE] -c FILE
+//	leasebridge drain NODE -c FILE / undrain NODE -c FILE
 //	leasebridge help [COMMAND]              the commands, or one's flags and examples
 //	leasebridge version                     the build stamp (also --version)
 //
@@ -72,6 +75,18 @@ func commands() []command {
 		{name: "demo", synopsis: "[--keep]",
 			summary: "two bridges, one simulated PLC, a takeover measured against its admitted budget",
 			about:   demoAbout, examples: demoExamples, main: demo},
+		{name: "status", synopsis: "-c FILE [--json]",
+			summary: "the fleet view from the lease store; exit 0 every session owned, 1 not",
+			about:   statusAbout, examples: statusExamples, main: status},
+		{name: "handover", synopsis: "SESSION [--to NODE] -c FILE",
+			summary: "planned handover of one session through the lease store, within its printed budget",
+			about:   handoverAbout, examples: handoverExamples, main: handover},
+		{name: "drain", synopsis: "NODE -c FILE",
+			summary: "the node hands its sessions over one at a time and stops competing",
+			about:   drainAbout, examples: drainExamples, main: drain("drain", true)},
+		{name: "undrain", synopsis: "NODE -c FILE",
+			summary: "the node competes for its sessions again",
+			about:   undrainAbout, examples: undrainExamples, main: drain("undrain", false)},
 		{name: "version", synopsis: "",
 			summary: "module version, VCS revision, Go version (also --version)",
 			about:   versionAbout, examples: versionExamples, main: version},

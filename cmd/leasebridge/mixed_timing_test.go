@@ -190,6 +190,18 @@ type mixedProc struct {
 // own fault proxy (proxy).
 func (f *mixedFleet) start(t *testing.T, node string, leaseTTL, renew time.Duration) *mixedProc {
 	t.Helper()
+	return f.startEdited(t, node, func(y string) string {
+		const shared = "  lease_ttl: 2s\n  renew_interval: 300ms\n"
+		if !strings.Contains(y, shared) {
+			t.Fatalf("the shared test configuration no longer has %q", shared)
+		}
+		return strings.Replace(y, shared, fmt.Sprintf("  lease_ttl: %s\n  renew_interval: %s\n", leaseTTL, renew), 1)
+	})
+}
+
+// startEdited runs node with the shared configuration as edit returns it.
+func (f *mixedFleet) startEdited(t *testing.T, node string, edit func(string) string) *mixedProc {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	etcdAddr := strings.TrimPrefix(f.etcd.Endpoints[0], "http://")
@@ -199,13 +211,8 @@ func (f *mixedFleet) start(t *testing.T, node string, leaseTTL, renew time.Durat
 	}
 	t.Cleanup(func() { _ = px.Close() })
 	addr := testbin.FreeAddr(t)
-	y := testbin.Config(testbin.Bridge{Etcd: "http://" + px.Addr(), Broker: f.broker.URL, PLC: f.plc.addr, Node: node, HTTP: addr,
-		KeyPrefix: "/mixed-test/", Topic: "{device}/{tag}"})
-	const shared = "  lease_ttl: 2s\n  renew_interval: 300ms\n"
-	if !strings.Contains(y, shared) {
-		t.Fatalf("the shared test configuration no longer has %q", shared)
-	}
-	y = strings.Replace(y, shared, fmt.Sprintf("  lease_ttl: %s\n  renew_interval: %s\n", leaseTTL, renew), 1)
+	y := edit(testbin.Config(testbin.Bridge{Etcd: "http://" + px.Addr(), Broker: f.broker.URL, PLC: f.plc.addr, Node: node, HTTP: addr,
+		KeyPrefix: "/mixed-test/", Topic: "{device}/{tag}"}))
 	mp := &mixedProc{fleet: f, path: filepath.Join(f.dir, node+".yaml")}
 	if err := os.WriteFile(mp.path, []byte(y), 0o600); err != nil {
 		t.Fatal(err)

@@ -106,16 +106,7 @@ func serve(ctx context.Context, cfg *routes.Config, reports []admission.Report, 
 		defer srv.Close()
 		endpoints = srv.Endpoints
 	}
-	password, err := cfg.LeaseStore.Password()
-	if err != nil {
-		return failover.ExitInvalid, fmt.Errorf("lease_store: %w", err)
-	}
-	sc := etcdstore.Config{Endpoints: endpoints, DialTimeout: cfg.LeaseStore.DialTimeout.D(), KeyPrefix: cfg.LeaseStore.KeyPrefix,
-		Username: cfg.LeaseStore.Username, Password: password}
-	if t := cfg.LeaseStore.TLS; t != nil {
-		sc.CAFile, sc.CertFile, sc.KeyFile = t.CAFile, t.CertFile, t.KeyFile
-	}
-	store, err := etcdstore.New(ctx, sc)
+	store, err := openStore(ctx, cfg, endpoints)
 	if err != nil {
 		return storeExit(err), err
 	}
@@ -125,7 +116,7 @@ func serve(ctx context.Context, cfg *routes.Config, reports []admission.Report, 
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	id := lease.NewIdentity(node)
 	sv, err := failover.New(failover.Options{Config: cfg, Reports: reports, Store: store, StoreEndpoints: endpoints,
-		Identity: id, Node: node, Logger: log, Metrics: failover.NewMetrics(reg), Claims: store})
+		Identity: id, Node: node, Logger: log, Metrics: failover.NewMetrics(reg), Claims: store, Fleet: store})
 	if err != nil {
 		return failover.ExitInvalid, err
 	}
@@ -201,6 +192,21 @@ func embeddedCause(err error) string {
 		return "data_dir in use by another process"
 	}
 	return "embedded etcd error"
+}
+
+// openStore connects to the lease store at endpoints with the file's
+// credentials and TLS.
+func openStore(ctx context.Context, cfg *routes.Config, endpoints []string) (*etcdstore.Store, error) {
+	password, err := cfg.LeaseStore.Password()
+	if err != nil {
+		return nil, fmt.Errorf("%w: lease_store: %w", etcdstore.ErrConfig, err)
+	}
+	sc := etcdstore.Config{Endpoints: endpoints, DialTimeout: cfg.LeaseStore.DialTimeout.D(), KeyPrefix: cfg.LeaseStore.KeyPrefix,
+		Username: cfg.LeaseStore.Username, Password: password}
+	if t := cfg.LeaseStore.TLS; t != nil {
+		sc.CAFile, sc.CertFile, sc.KeyFile = t.CAFile, t.CertFile, t.KeyFile
+	}
+	return etcdstore.New(ctx, sc)
 }
 
 // notifySystemd tells a Type=notify unit that the bridge runs and, when

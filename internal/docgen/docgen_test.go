@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -23,4 +25,33 @@ func TestDocsUpToDate(t *testing.T) {
 			t.Errorf("docs/%s is stale: run `go generate ./internal/docgen`", name)
 		}
 	}
+}
+
+// Every field of the status example is in one of status-json.md's tables.
+func TestStatusJSONFieldsDocumented(t *testing.T) {
+	ex, err := statusExample()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc any
+	if err := json.Unmarshal([]byte(ex), &doc); err != nil {
+		t.Fatal(err)
+	}
+	var walk func(v any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, x := range v {
+				if !strings.Contains(statusJSONTmpl, "`"+k+"`") {
+					t.Errorf("status JSON field %q is not documented in status-json.md.tmpl", k)
+				}
+				walk(x)
+			}
+		case []any:
+			for _, x := range v {
+				walk(x)
+			}
+		}
+	}
+	walk(doc)
 }

@@ -43,6 +43,9 @@ var configurationTmpl string
 //go:embed operations.md.tmpl
 var operationsTmpl string
 
+//go:embed status-json.md.tmpl
+var statusJSONTmpl string
+
 //go:embed writes.md.tmpl
 var writesTmpl string
 
@@ -173,8 +176,17 @@ func render() (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	statusEx, err := statusExample()
+	if err != nil {
+		return nil, err
+	}
+	statusPage, err := execute(statusJSONTmpl, map[string]any{"Example": statusEx, "ExitOK": report.ExitAdmitted,
+		"ExitNotOwned": report.ExitNotOwned, "ExitInvalid": report.ExitInvalid, "ExitStoreDown": report.ExitStoreDown})
+	if err != nil {
+		return nil, err
+	}
 	return map[string][]byte{"failover-budget.md": budget, "admit-json.md": admit, "configuration.md": config, "operations.md": ops,
-		"bridged-data.md": bridged, "writes.md": writes}, nil
+		"bridged-data.md": bridged, "writes.md": writes, "status-json.md": statusPage}, nil
 }
 
 func execute(tmpl string, data any) ([]byte, error) {

@@ -26,6 +26,7 @@ func metricsTable() (string, error) {
 	m.ClaimConflicts.WithLabelValues("s").Set(0)
 	m.TimingMismatch.WithLabelValues("s").Set(0)
 	m.TimingMismatches.WithLabelValues("s").Add(0)
+	m.SessionUnowned.WithLabelValues("s").Set(0)
 	m.WriteRequests.WithLabelValues("s", "r", "ok").Add(0)
 	m.DeviceUp.WithLabelValues("s", "d").Set(0)
 	m.DeviceLastGood.WithLabelValues("s", "d").Set(0)

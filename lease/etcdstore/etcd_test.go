@@ -365,6 +365,10 @@ func lostResponse(t *testing.T, c *testetcd.Cluster, b budgets) {
 	if l.lose.Load() >= 0 {
 		t.Fatalf("only %d of %d lost responses consumed", int32(timing.MaxRenewFails)-l.lose.Load(), timing.MaxRenewFails)
 	}
+	if row1.RenewedAt <= row0.RenewedAt {
+		t.Fatalf("renewed_at %d after lost renew responses, want past %d: the renews landed", row1.RenewedAt, row0.RenewedAt)
+	}
+	row0.RenewedAt, row1.RenewedAt = 0, 0
 	if row1 != row0 || rev1 <= rev0 {
 		t.Fatalf("row %+v@%d after lost renew responses, want %+v renewed past %d", row1, rev1, row0, rev0)
 	}

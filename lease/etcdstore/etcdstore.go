@@ -180,6 +180,7 @@ func (s *Store) CompareAndSwap(ctx context.Context, key string, expect int64, ro
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	k := s.prefix + key
+	row.RenewedAt = time.Now().UnixNano()
 	val, err := json.Marshal(row)
 	if err != nil {
 		return 0, fmt.Errorf("etcdstore: encode row for %q: %w", k, err)

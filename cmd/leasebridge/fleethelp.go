@@ -1,0 +1,61 @@
+package main
+
+// The help of the fleet commands (docs/status-json.md); formats as in
+// help.go.
+
+const statusAbout = `
+Reads the lease store the file names, with its credentials and TLS, and
+prints every session of the file: owner node, epoch, row age, the owner's
+lease timing, service level, pinning, the live nodes that could take it, and
+any timing mismatch or standing handover; then every node row. It opens no
+device and no broker. Exit %[1]d when every session is owned, %[2]d when one
+is unowned or stale (its owner is gone and no eligible node took it), %[3]d
+for an invalid file or command line, 3 when the store cannot be read.
+`
+
+const statusExamples = `  # the fleet at a glance
+  leasebridge status -c /etc/leasebridge/bridge.yaml
+  # for scripts and monitoring (docs/status-json.md)
+  leasebridge status -c /etc/leasebridge/bridge.yaml --json
+`
+
+const handoverAbout = `
+Asks the owner of SESSION, through the lease store, to hand it over: to NODE,
+or to any other live eligible node. The owner closes its transports, releases
+the row and does not compete again until another node owns it or the
+handover budget has passed; the target takes the row at once. Prints the
+budget (close + release + standby_pickup + activation) and waits for the row
+to change hands. No process restarts. Exit %[1]d when it changed hands within
+the budget, %[2]d when refused (no owner, NODE not eligible, not live,
+draining or already the owner) or late, %[3]d for an invalid file, command
+line or session, 3 when the store cannot be reached.
+`
+
+const handoverExamples = `  # move press-1 to the gateway cabled to it
+  leasebridge handover press-1 --to edge-gw-1 -c /etc/leasebridge/bridge.yaml
+  # move it anywhere else
+  leasebridge handover press-1 -c /etc/leasebridge/bridge.yaml
+`
+
+const drainAbout = `
+Writes a drain request for NODE into the lease store. The node stops
+competing for the sessions it does not own and hands the owned ones over, one
+at a time, each after the previous one has a new owner or its handover
+budget has passed; drained, it takes nothing until undrained. Exit %[1]d when
+the request is written, %[3]d for an invalid file or command line, 3 when the
+store cannot be written. 'leasebridge status' shows the progress.
+`
+
+const drainExamples = `  # before maintenance on edge-gw-1
+  leasebridge drain edge-gw-1 -c /etc/leasebridge/bridge.yaml
+`
+
+const undrainAbout = `
+Deletes the drain request of NODE: it competes for its sessions again at
+once. Exit %[1]d when the request is deleted, %[3]d for an invalid file or
+command line, 3 when the store cannot be written.
+`
+
+const undrainExamples = `  # after maintenance
+  leasebridge undrain edge-gw-1 -c /etc/leasebridge/bridge.yaml
+`

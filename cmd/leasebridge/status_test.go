@@ -1,0 +1,168 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasebridge/leasebridge/failover"
+	"github.com/leasebridge/leasebridge/internal/testetcd"
+	"github.com/leasebridge/leasebridge/lease"
+	"github.com/leasebridge/leasebridge/lease/etcdstore"
+	"github.com/leasebridge/leasebridge/routes"
+)
+
+// statusConfig has one session per device; d3 is pinned to edge-1.
+func statusConfig(etcd string, sessions ...string) string {
+	y := fmt.Sprintf(`deployment_mode: clustered
+node: cli
+lease_store: {endpoints: [%s], key_prefix: /status-test/}
+manager: {failover_slo: 10m, broker_health_step_down: 60s}
+brokers:
+  local: {url: "tcp://127.0.0.1:1883"}
+devices:
+`, etcd)
+	for i, s := range sessions {
+		pin := ""
+		if s == "pinned" {
+			pin = ", nodes: [edge-1]"
+		}
+		y += fmt.Sprintf("  d%d: {kind: modbus_tcp, address: \"127.0.0.1:%d\"%s, groups: [{name: g, interval: 1s, tags: [{name: t, address: \"1\", type: int16}]}]}\n", i, 15020+i, pin)
+	}
+	y += "routes:\n"
+	for i, s := range sessions {
+		y += fmt.Sprintf("  - {name: r%d, session: %s, kind: poll, device: d%d, broker: local}\n", i, s, i)
+	}
+	return y
+}
+
+// `leasebridge status` against a real etcd with an owned, an unowned, a
+// pinned (its only node dead) and a mismatched session.
+func TestStatusOwnedUnownedPinnedMismatched(t *testing.T) {
+	c := testetcd.StartEmbedded(t, 1)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "fleet.yaml")
+	if err := os.WriteFile(file, []byte(statusConfig(c.Endpoints()[0], "owned", "unowned", "pinned", "mismatch")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := routes.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	timing := lease.ConfigFromReport(cfg.Admit()[0]).RowTiming()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := etcdstore.New(ctx, etcdstore.Config{Endpoints: c.Endpoints(), DialTimeout: 2 * time.Second, KeyPrefix: "/status-test/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	other := timing
+	other.LeaseTTL *= 2
+	if _, err := st.CompareAndSwap(ctx, "owned", 0, lease.Row{Owner: "a#1", Node: "a", Epoch: 4, Timing: timing}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.CompareAndSwap(ctx, "mismatch", 0, lease.Row{Owner: "b#1", Node: "b", Epoch: 2, Timing: other}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	for _, n := range []lease.NodeRow{
+		{Node: "a", Owner: "a#1", Sessions: []string{"mismatch", "owned", "unowned"}, Owned: []string{"owned"}, Serving: []string{"owned"}},
+		{Node: "b", Owner: "b#1", Sessions: []string{"mismatch", "owned", "unowned"}, Owned: []string{"mismatch"}},
+	} {
+		n.Interval, n.TTL, n.RenewedAt = timing.RenewInterval, timing.LeaseTTL, now.UnixNano()
+		if err := st.PutNode(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// edge-1 died a minute ago, owning the pinned session.
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	dead := now.Add(-time.Minute).UnixNano()
+	for k, v := range map[string]any{
+		"/status-test/pinned":        lease.Row{Owner: "edge-1#1", Node: "edge-1", Epoch: 9, Timing: timing, RenewedAt: dead},
+		"/status-test/_nodes/edge-1": lease.NodeRow{Node: "edge-1", Owner: "edge-1#1", Sessions: []string{"pinned"}, TTL: timing.LeaseTTL, RenewedAt: dead},
+	} {
+		b, _ := json.Marshal(v)
+		if _, err := cli.Put(ctx, k, string(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	got, code := fleetStatus(t, file)
+	if code != exitRefused || got.AllOwned {
+		t.Errorf("status exit %d all_owned %v, want 1 and false", code, got.AllOwned)
+	}
+	by := map[string]failover.FleetSession{}
+	for _, s := range got.Sessions {
+		by[s.Session] = s
+	}
+	check := func(name string, ok bool) {
+		t.Helper()
+		if !ok {
+			t.Errorf("session %s: %+v", name, by[name])
+		}
+	}
+	o := by["owned"]
+	check("owned", o.Status == failover.FleetOwned && o.Node == "a" && o.Epoch == 4 && o.ServiceLevel == "full" && o.TimingMismatch == nil &&
+		o.RowAgeNS != nil && *o.RowAgeNS < int64(timing.LeaseTTL) && strings.Join(o.LiveEligible, ",") == "a,b" && o.OwnerEligible &&
+		o.Timing != nil && *o.Timing == timing && o.HandoverBudgetNS > 0)
+	u := by["unowned"]
+	check("unowned", u.Status == failover.FleetUnowned && u.RowVersion == 0 && u.ServiceLevel == "none" && u.Owner == "")
+	p := by["pinned"]
+	check("pinned", p.Status == failover.FleetStale && p.Node == "edge-1" && len(p.LiveEligible) == 0 &&
+		strings.Join(p.Pinning.Nodes, ",") == "edge-1" && p.ServiceLevel == "unknown")
+	m := by["mismatch"]
+	check("mismatch", m.Status == failover.FleetOwned && m.ServiceLevel == "activating" && m.TimingMismatch != nil &&
+		m.TimingMismatch.Row.LeaseTTL == other.LeaseTTL && m.TimingMismatch.File.LeaseTTL == timing.LeaseTTL)
+	if len(got.Nodes) != 3 || !got.Nodes[0].Live || !got.Nodes[1].Live || got.Nodes[2].Live {
+		t.Errorf("nodes %+v: want a and b live, edge-1 not", got.Nodes)
+	}
+
+	var text, errb bytes.Buffer
+	if code := run([]string{"status", "-c", file}, &text, &errb); code != exitRefused {
+		t.Errorf("text status exit %d", code)
+	}
+	for _, want := range []string{"no live eligible node: runs nowhere", "timing mismatch: row lease_ttl", "NOT every session is owned"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("status text lacks %q:\n%s", want, text.String())
+		}
+	}
+
+	// A file of owned sessions only: exit 0.
+	only := filepath.Join(dir, "owned.yaml")
+	if err := os.WriteFile(only, []byte(statusConfig(c.Endpoints()[0], "owned")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, code := fleetStatus(t, only); code != exitOK || !got.AllOwned {
+		t.Errorf("owned-only file: exit %d all_owned %v", code, got.AllOwned)
+	}
+	// A store nobody listens on: exit 3.
+	down := filepath.Join(dir, "down.yaml")
+	if err := os.WriteFile(down, []byte(statusConfig("http://"+freeLoopback(t), "owned")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := run([]string{"status", "-c", down}, &text, &errb); code != exitStoreDown {
+		t.Errorf("store down: exit %d, want %d", code, exitStoreDown)
+	}
+}
+
+func freeLoopback(t *testing.T) string {
+	t.Helper()
+	a, err := freeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}

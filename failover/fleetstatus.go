@@ -1,0 +1,223 @@
+package failover
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/leasebridge/leasebridge/admission"
+	"github.com/leasebridge/leasebridge/lease"
+	"github.com/leasebridge/leasebridge/routes"
+)
+
+// Fleet session statuses (FleetSession.Status).
+const (
+	// FleetOwned: the row names an owner whose last write is younger than
+	// its lease_ttl.
+	FleetOwned = "owned"
+	// FleetUnowned: the row is missing or released.
+	FleetUnowned = "unowned"
+	// FleetStale: the row names an owner that has not renewed it for
+	// longer than its lease_ttl: the owner is gone and no eligible node
+	// has taken over (yet).
+	FleetStale = "stale"
+)
+
+// FleetStatus is the fleet view of one configuration file: every session
+// with its row and every node row (docs/status-json.md).
+type FleetStatus struct {
+	// KeyPrefix names the fleet.
+	KeyPrefix string `json:"key_prefix"`
+	// CheckedAt is the reader's wall clock, Unix nanoseconds.
+	CheckedAt int64 `json:"checked_at_unix_ns"`
+	// AllOwned is true when every session's status is owned.
+	AllOwned bool `json:"all_owned"`
+	// Sessions, by name.
+	Sessions []FleetSession `json:"sessions"`
+	// Nodes, by name: every node row under key_prefix.
+	Nodes []FleetNode `json:"nodes"`
+}
+
+// FleetSession is one session's row as the fleet view reads it.
+type FleetSession struct {
+	Session string `json:"session"`
+	// Status is owned, unowned or stale.
+	Status string `json:"status"`
+	// Owner and Node are the row's holder; empty when released.
+	Owner string `json:"owner,omitempty"`
+	Node  string `json:"node,omitempty"`
+	// Epoch is the row's fencing token.
+	Epoch uint64 `json:"epoch"`
+	// RowVersion is the row's version in the store; 0: no row.
+	RowVersion int64 `json:"row_version"`
+	// RowAgeNS is the reader's wall clock minus the row's renewed_at;
+	// absent for a row written without renewed_at.
+	RowAgeNS *int64 `json:"row_age_ns,omitempty"`
+	// Timing is the cadence the row's writer runs.
+	Timing *lease.RowTiming `json:"timing,omitempty"`
+	// ServiceLevel is full, activating (owned, not serving yet), unknown
+	// (no fresh node row of the owner) or none (not owned).
+	ServiceLevel string `json:"service_level"`
+	// Pinning is the session's eligible and preferred nodes in the file.
+	Pinning routes.Pinning `json:"pinning"`
+	// LiveEligible are the live nodes that may run the session and run a
+	// lease manager for it.
+	LiveEligible []string `json:"live_eligible_nodes"`
+	// OwnerEligible is false when the owner is not one of the file's
+	// eligible nodes (another file pinned it differently).
+	OwnerEligible bool `json:"owner_eligible"`
+	// TimingMismatch is set when the row's timing differs from the file's.
+	TimingMismatch *FleetTimingMismatch `json:"timing_mismatch,omitempty"`
+	// Handover is a standing handover request.
+	Handover *lease.HandoverRequest `json:"handover,omitempty"`
+	// HandoverBudgetNS is the file's admitted handover budget.
+	HandoverBudgetNS int64 `json:"handover_budget_ns"`
+}
+
+// FleetTimingMismatch compares the file's timing with the row's.
+type FleetTimingMismatch struct {
+	File lease.RowTiming `json:"file"`
+	Row  lease.RowTiming `json:"row"`
+}
+
+// FleetNode is one node row.
+type FleetNode struct {
+	lease.NodeRow
+	// Live is true while the row is younger than its TTL on the reader's
+	// wall clock and not marked stopped.
+	Live bool `json:"live"`
+	// AgeNS is the reader's wall clock minus renewed_at.
+	AgeNS int64 `json:"age_ns"`
+}
+
+// ReadFleetStatus reads every session of cfg and every node row from
+// store and judges them at now. reports are cfg's admission reports.
+func ReadFleetStatus(ctx context.Context, cfg *routes.Config, reports []admission.Report, store lease.Fleet, now time.Time) (FleetStatus, error) {
+	names := make([]string, 0, len(reports))
+	for _, r := range reports {
+		names = append(names, r.Session)
+	}
+	sort.Strings(names)
+	rows, err := store.Rows(ctx, names)
+	if err != nil {
+		return FleetStatus{}, err
+	}
+	nodeRows, err := store.Nodes(ctx)
+	if err != nil {
+		return FleetStatus{}, err
+	}
+	ctl, err := store.Control(ctx)
+	if err != nil {
+		return FleetStatus{}, err
+	}
+	st := FleetStatus{KeyPrefix: cfg.LeaseStore.KeyPrefix, CheckedAt: now.UnixNano(), AllOwned: true}
+	nodes := map[string]FleetNode{}
+	for _, name := range sortedNames(nodeRows) {
+		n := nodeRows[name]
+		n.Sessions, n.Owned, n.Serving = nonNil(n.Sessions), nonNil(n.Owned), nonNil(n.Serving)
+		fn := FleetNode{NodeRow: n, AgeNS: now.UnixNano() - n.RenewedAt}
+		fn.Live = !n.Stopped && fn.AgeNS <= int64(n.TTL)
+		nodes[name] = fn
+		st.Nodes = append(st.Nodes, fn)
+	}
+	byName := map[string]admission.Report{}
+	for _, r := range reports {
+		byName[r.Session] = r
+	}
+	for _, name := range names {
+		fs := fleetSession(cfg, byName[name], rows[name], nodes, now)
+		if h, ok := ctl.Handovers[name]; ok {
+			fs.Handover = &h
+		}
+		st.AllOwned = st.AllOwned && fs.Status == FleetOwned
+		st.Sessions = append(st.Sessions, fs)
+	}
+	return st, nil
+}
+
+func fleetSession(cfg *routes.Config, rep admission.Report, vr lease.VersionedRow, nodes map[string]FleetNode, now time.Time) FleetSession {
+	row := vr.Row
+	fs := FleetSession{Session: rep.Session, Owner: row.Owner, Node: row.Node, Epoch: row.Epoch, RowVersion: vr.Version,
+		Pinning: cfg.Pinning(rep.Session), ServiceLevel: "none", LiveEligible: []string{}}
+	if b, err := admission.HandoverOf(rep); err == nil {
+		fs.HandoverBudgetNS = int64(b.Total)
+	}
+	if row.RenewedAt != 0 {
+		age := now.UnixNano() - row.RenewedAt
+		fs.RowAgeNS = &age
+	}
+	if row.Timing != (lease.RowTiming{}) {
+		t := row.Timing
+		fs.Timing = &t
+		if own := lease.ConfigFromReport(rep).RowTiming(); row.Owner != "" && own != t {
+			fs.TimingMismatch = &FleetTimingMismatch{File: own, Row: t}
+		}
+	}
+	for _, name := range sortedNames(nodes) {
+		n := nodes[name]
+		if n.Live && !n.Draining && fs.Pinning.Eligible(name) && slices.Contains(n.Sessions, rep.Session) {
+			fs.LiveEligible = append(fs.LiveEligible, name)
+		}
+	}
+	switch {
+	case row.Owner == "":
+		fs.Status = FleetUnowned
+	case fs.RowAgeNS != nil && *fs.RowAgeNS > int64(max(row.Timing.LeaseTTL, rep.Timing.LeaseTTL)):
+		fs.Status = FleetStale
+	default:
+		fs.Status = FleetOwned
+	}
+	if row.Owner == "" {
+		return fs
+	}
+	fs.OwnerEligible = fs.Pinning.Eligible(row.Node)
+	fs.ServiceLevel = "unknown"
+	if n, ok := nodes[row.Node]; ok && n.Live && n.Owner == row.Owner && fs.Status == FleetOwned {
+		fs.ServiceLevel = "activating"
+		if slices.Contains(n.Serving, rep.Session) {
+			fs.ServiceLevel = "full"
+		}
+	}
+	return fs
+}
+
+// nonNil makes an absent list print as [] rather than null.
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func sortedNames[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// fleetHandler serves GET /fleet: the fleet view read from the store by
+// this node, the same JSON as `leasebridge status --json`. It is read
+// only; every change goes through the store.
+func fleetHandler(sv *Supervisor) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if sv.fleet == nil {
+			http.Error(w, "no fleet rows: the lease store does not support them", http.StatusNotFound)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), sv.fleet.ttl)
+		defer cancel()
+		st, err := ReadFleetStatus(ctx, sv.o.Config, sv.o.Reports, sv.fleet.store, time.Now())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(st)
+	}
+}
