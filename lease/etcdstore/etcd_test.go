@@ -493,6 +493,7 @@ func readPrefix(t *testing.T, c *testetcd.Cluster) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		want.RenewedAt = row.RenewedAt // the store stamps it on every write
 		if g := got[k]; g.Err != nil || g.Row != want || g.Row != row || g.Version != ver {
 			t.Fatalf("ReadPrefix %q = %+v, Read = %+v at %d, want %+v", k, g, row, ver, want)
 		}
