@@ -62,16 +62,28 @@ func (b *bridge) health(t *testing.T) health {
 // returns when that was first seen.
 func (b *bridge) waitHealth(t *testing.T, code int, limit time.Duration) time.Time {
 	t.Helper()
+	at, _ := b.waitHealthLag(t, code, limit)
+	return at
+}
+
+// waitHealthLag is waitHealth that also returns the longest single poll
+// it made: the observation's own latency, which grows when the machine is
+// loaded.
+func (b *bridge) waitHealthLag(t *testing.T, code int, limit time.Duration) (time.Time, time.Duration) {
+	t.Helper()
 	deadline := time.Now().Add(limit)
+	var lag time.Duration
 	for {
+		start := time.Now()
 		h := b.health(t)
 		if h.code == code && h.storeUp == (code == http.StatusOK) && h.ready.LeaseStoreUp == h.storeUp {
-			return time.Now()
+			return time.Now(), max(lag, time.Since(start))
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: /readyz %d (want %d), lease_store_up %v after %s: %+v", b.node, h.code, code, h.storeUp, limit, h.ready)
 		}
 		time.Sleep(5 * time.Millisecond)
+		lag = max(lag, time.Since(start))
 	}
 }
 
@@ -99,9 +111,12 @@ func TestStoreCutShowsOnReadyzAndGauge(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The test's own observation adds one /readyz and /metrics round trip.
-	seen := a.waitHealth(t, http.StatusServiceUnavailable, 2*bound).Sub(cut)
-	if seen > bound {
-		t.Errorf("store cut seen after %s, bound renew_interval + renew_call_timeout = %s", seen, bound)
+	at, lag := a.waitHealthLag(t, http.StatusServiceUnavailable, 2*bound)
+	seen := at.Sub(cut)
+	// Judged against the bound plus the observation's own latency: one
+	// poll of /readyz can take that long on a loaded machine.
+	if seen > bound+lag {
+		t.Errorf("store cut seen after %s, bound renew_interval + renew_call_timeout = %s (+ %s, the longest /readyz poll)", seen, bound, lag)
 	}
 	if h := a.health(t); !strings.Contains(strings.Join(h.ready.NotReady, ";"), "lease store unreachable") {
 		t.Errorf("not_ready = %q", h.ready.NotReady)

@@ -59,16 +59,28 @@ func (pr *proc) readiness() (readiness, error) {
 // (1 with 200, 0 with 503), and returns the time it was first seen.
 func (pr *proc) waitReadiness(t *testing.T, code int, limit time.Duration) time.Time {
 	t.Helper()
+	at, _ := pr.waitReadinessLag(t, code, limit)
+	return at
+}
+
+// waitReadinessLag is waitReadiness that also returns the longest single
+// poll it made: the observation's own latency, which grows when the
+// machine is loaded (the bridge answers /readyz on the same cores).
+func (pr *proc) waitReadinessLag(t *testing.T, code int, limit time.Duration) (time.Time, time.Duration) {
+	t.Helper()
 	deadline := time.Now().Add(limit)
+	var lag time.Duration
 	for {
+		start := time.Now()
 		r, err := pr.readiness()
 		if err == nil && r.code == code && r.storeUp == (code == http.StatusOK) {
-			return time.Now()
+			return time.Now(), max(lag, time.Since(start))
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: /readyz %d, lease_store_up %v (err %v) after %s; want %d", pr.name, r.code, r.storeUp, err, limit, code)
 		}
 		time.Sleep(5 * time.Millisecond)
+		lag = max(lag, time.Since(start))
 	}
 }
 
@@ -107,9 +119,12 @@ func TestRunStoreCutReadyzAndGauge(t *testing.T) {
 	if err := px.SetMode(faultproxy.Blackhole); err != nil {
 		t.Fatal(err)
 	}
-	seen := a.waitReadiness(t, http.StatusServiceUnavailable, 2*bound).Sub(cut)
-	if seen > bound {
-		t.Errorf("store cut seen after %s, bound renew_interval + renew_call_timeout = %s", seen, bound)
+	at, lag := a.waitReadinessLag(t, http.StatusServiceUnavailable, 2*bound)
+	seen := at.Sub(cut)
+	// Judged against the bound plus the observation's own latency: one
+	// poll of /readyz can take that long on a loaded machine.
+	if seen > bound+lag {
+		t.Errorf("store cut seen after %s, bound renew_interval + renew_call_timeout = %s (+ %s, the longest /readyz poll)", seen, bound, lag)
 	}
 	healed := time.Now()
 	if err := px.SetMode(faultproxy.Pass); err != nil {
