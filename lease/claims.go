@@ -34,10 +34,13 @@ var ErrClaimed = errors.New("lease: endpoint claimed by another fleet or session
 // ClaimConflict is a live claim on an endpoint by another key_prefix or
 // session.
 type ClaimConflict struct {
+	// Endpoint is the endpoint identity claimed.
 	Endpoint string
-	Holder   Claim
+	// Holder is the claim that holds it.
+	Holder Claim
 }
 
+// Error names the endpoint and its holder.
 func (e *ClaimConflict) Error() string {
 	return fmt.Sprintf("%v: %s is held by key_prefix %q session %q (node %s, owner %s)",
 		ErrClaimed, e.Endpoint, e.Holder.KeyPrefix, e.Holder.Session, e.Holder.Node, e.Holder.Owner)

@@ -19,16 +19,7 @@ func TestSuspendPastDeadlineFencesAtResume(t *testing.T) {
 	cfg := testConfig(t, tm, 20*time.Millisecond)
 	var shift atomic.Int64
 	clock := func() time.Duration { return Now() + time.Duration(shift.Load()) }
-	ev := make(chan Event, 10)
-	m, err := NewManager(Options{Store: NewMemStore(), Key: "s", Identity: Identity{Node: "a", Owner: "a#t"}, Config: cfg,
-		Clock: clock, OnEvent: func(e Event) { ev <- e }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = m.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	_, ev, _ := startManager(t, Options{Store: NewMemStore(), Key: "s", Identity: Identity{Node: "a", Owner: "a#t"}, Config: cfg, Clock: clock})
 	o := next(t, ev, EventBecameOwner).Owner
 
 	// The machine "resumes" a lease_ttl later: the deadline has passed.
@@ -60,16 +51,7 @@ func TestIdleOwnerSleepsUntilItsRenew(t *testing.T) {
 	var calls atomic.Int64
 	clock := func() time.Duration { calls.Add(1); return Now() }
 	st := NewMemStore()
-	ev := make(chan Event, 10)
-	m, err := NewManager(Options{Store: st, Key: "s", Identity: Identity{Node: "a", Owner: "a#t"}, Config: cfg,
-		Clock: clock, OnEvent: func(e Event) { ev <- e }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = m.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	_, ev, _ := startManager(t, Options{Store: st, Key: "s", Identity: Identity{Node: "a", Owner: "a#t"}, Config: cfg, Clock: clock})
 	next(t, ev, EventBecameOwner)
 	// Count clock reads over a window that ends before the first renew
 	// (renew_interval - jitter/2 after the takeover at the earliest).

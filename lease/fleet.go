@@ -25,7 +25,8 @@ type NodeRow struct {
 	// Draining is set while a drain request for the node stands.
 	Draining bool `json:"draining"`
 	// Stopped is set by the process's last write at a clean stop, after
-	// it released every lease: the node is down, not late.
+	// its lease managers stopped and released what the store let them (a
+	// row it could not release lapses): the node is down, not late.
 	Stopped bool `json:"stopped,omitempty"`
 	// Interval is how often the node rewrites the row; TTL is how long a
 	// reader waits for a change before it calls the node down.

@@ -57,6 +57,20 @@ type Manager struct {
 	owner *Owner
 }
 
+// clockAndRand fills in the defaults of Options' and RowSourceOptions'
+// Clock and Rand: Now, and a generator seeded from crypto/rand.
+func clockAndRand(clock func() time.Duration, rnd *rand.Rand) (func() time.Duration, *rand.Rand) {
+	if clock == nil {
+		clock = Now
+	}
+	if rnd == nil {
+		var b [16]byte
+		_, _ = crand.Read(b[:])
+		rnd = rand.New(rand.NewPCG(binary.LittleEndian.Uint64(b[:8]), binary.LittleEndian.Uint64(b[8:])))
+	}
+	return clock, rnd
+}
+
 // NewManager validates o and returns a standby manager.
 func NewManager(o Options) (*Manager, error) {
 	if o.Store == nil {
@@ -65,16 +79,7 @@ func NewManager(o Options) (*Manager, error) {
 	if o.Key == "" {
 		return nil, fmt.Errorf("%w: empty key", ErrInvalidConfig)
 	}
-	clock := o.Clock
-	if clock == nil {
-		clock = Now
-	}
-	rnd := o.Rand
-	if rnd == nil {
-		var b [16]byte
-		_, _ = crand.Read(b[:])
-		rnd = rand.New(rand.NewPCG(binary.LittleEndian.Uint64(b[:8]), binary.LittleEndian.Uint64(b[8:])))
-	}
+	clock, rnd := clockAndRand(o.Clock, o.Rand)
 	core, err := NewCore(o.Config, o.Identity, o.Key, rnd, clock())
 	if err != nil {
 		return nil, err

@@ -22,9 +22,16 @@ var fastTiming = admission.Timing{
 
 func runManager(t *testing.T, st Store, node string, cfg Config) (*Manager, chan Event, context.CancelFunc) {
 	t.Helper()
+	return startManager(t, Options{Store: st, Key: "s", Identity: Identity{Node: node, Owner: node + "#t"}, Config: cfg})
+}
+
+// startManager runs a manager with o until the test ends, its events on
+// the returned channel.
+func startManager(t *testing.T, o Options) (*Manager, chan Event, context.CancelFunc) {
+	t.Helper()
 	ev := make(chan Event, 100)
-	m, err := NewManager(Options{Store: st, Key: "s", Identity: Identity{Node: node, Owner: node + "#t"}, Config: cfg,
-		OnEvent: func(e Event) { ev <- e }})
+	o.OnEvent = func(e Event) { ev <- e }
+	m, err := NewManager(o)
 	if err != nil {
 		t.Fatal(err)
 	}

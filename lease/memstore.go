@@ -20,8 +20,6 @@ type MemStore struct {
 	rnd    *rand.Rand
 	writes map[string]int // landed writes per key, for tests
 	reads  int            // Read and ReadAuthoritative calls that took effect
-	// bulkReads counts ReadPrefix calls that took effect.
-	bulkReads int
 }
 
 type memRow struct {
@@ -127,19 +125,11 @@ func (m *MemStore) ReadPrefix(ctx context.Context, prefix string) (map[string]Ro
 				out[k] = RowVersion{Row: r.row, Version: r.ver}
 			}
 		}
-		m.bulkReads++
 	})
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
-}
-
-// BulkReads reports how many ReadPrefix calls took effect.
-func (m *MemStore) BulkReads() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.bulkReads
 }
 
 // ReadAuthoritative implements Store; every MemStore read is linearizable.

@@ -2,8 +2,6 @@ package lease
 
 import (
 	"context"
-	crand "crypto/rand"
-	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -78,16 +76,7 @@ func NewRowSource(o RowSourceOptions) (*RowSource, error) {
 	if o.Store == nil {
 		return nil, fmt.Errorf("%w: nil store for row source of prefix %q", ErrInvalidConfig, o.Prefix)
 	}
-	clock := o.Clock
-	if clock == nil {
-		clock = Now
-	}
-	rnd := o.Rand
-	if rnd == nil {
-		var b [16]byte
-		_, _ = crand.Read(b[:])
-		rnd = rand.New(rand.NewPCG(binary.LittleEndian.Uint64(b[:8]), binary.LittleEndian.Uint64(b[8:])))
-	}
+	clock, rnd := clockAndRand(o.Clock, o.Rand)
 	return &RowSource{o: o, clock: clock, rnd: rnd, groups: map[cadence]*rowGroup{}}, nil
 }
 

@@ -34,6 +34,8 @@ type FieldError struct {
 	Message string `json:"message"`
 }
 
+// Error is file:line:column (the file alone without a line), the key
+// path when there is one, and the message.
 func (e *FieldError) Error() string {
 	pos := e.File
 	if e.Line > 0 {
@@ -48,6 +50,7 @@ func (e *FieldError) Error() string {
 // Errors is every problem found in one configuration, in file order.
 type Errors []*FieldError
 
+// Error is every problem, one a line.
 func (es Errors) Error() string {
 	parts := make([]string, len(es))
 	for i, e := range es {

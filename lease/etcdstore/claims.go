@@ -41,7 +41,7 @@ func (s *Store) Claim(ctx context.Context, endpoints []string, c lease.Claim, tt
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	g, err := s.cli.Grant(ctx, int64(math.Ceil(max(ttl, time.Second).Seconds())))
+	g, err := s.grant(ctx, ttl)
 	if err != nil {
 		return nil, fmt.Errorf("%w: grant a %s lease for the claims of %v: %w", lease.ErrUnavailable, ttl, endpoints, err)
 	}
@@ -103,6 +103,12 @@ func (s *Store) putClaims(ctx context.Context, endpoints []string, c lease.Claim
 		}
 	}
 	return fmt.Errorf("%w: claim %v: the rows kept changing over %d attempts", lease.ErrUnavailable, endpoints, claimAttempts)
+}
+
+// grant grants an etcd lease of ttl rounded up to whole seconds, at least
+// one: etcd counts lease TTLs in seconds.
+func (s *Store) grant(ctx context.Context, ttl time.Duration) (*clientv3.LeaseGrantResponse, error) {
+	return s.cli.Grant(ctx, int64(math.Ceil(max(ttl, time.Second).Seconds())))
 }
 
 // keepAlive keeps lease id alive until ctx ends, starting over when the

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -118,12 +119,20 @@ func (s *Store) Read(ctx context.Context, key string) (lease.Row, int64, error) 
 	if len(resp.Kvs) == 0 {
 		return lease.Row{}, 0, nil
 	}
-	kv := resp.Kvs[0]
+	row, err := decodeRow(resp.Kvs[0])
+	if err != nil {
+		return lease.Row{}, 0, err
+	}
+	return row, resp.Kvs[0].ModRevision, nil
+}
+
+// decodeRow decodes the lease row kv holds.
+func decodeRow(kv *mvccpb.KeyValue) (lease.Row, error) {
 	var row lease.Row
 	if err := json.Unmarshal(kv.Value, &row); err != nil {
-		return lease.Row{}, 0, fmt.Errorf("etcdstore: key %q holds %q, not a lease row: %w", k, kv.Value, err)
+		return lease.Row{}, fmt.Errorf("etcdstore: key %q holds %q, not a lease row: %w", kv.Key, kv.Value, err)
 	}
-	return row, kv.ModRevision, nil
+	return row, nil
 }
 
 // healthKey is the key Ping counts; no row lives there.
@@ -155,14 +164,12 @@ func (s *Store) ReadPrefix(ctx context.Context, prefix string) (map[string]lease
 	}
 	out := make(map[string]lease.RowVersion, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
-		k := string(kv.Key)
-		var rv lease.RowVersion
-		if err := json.Unmarshal(kv.Value, &rv.Row); err != nil {
-			rv = lease.RowVersion{Err: fmt.Errorf("etcdstore: key %q holds %q, not a lease row: %w", k, kv.Value, err)}
-		} else {
-			rv.Version = kv.ModRevision
+		row, err := decodeRow(kv)
+		rv := lease.RowVersion{Row: row, Version: kv.ModRevision}
+		if err != nil {
+			rv = lease.RowVersion{Err: err}
 		}
-		out[strings.TrimPrefix(k, s.prefix)] = rv
+		out[strings.TrimPrefix(string(kv.Key), s.prefix)] = rv
 	}
 	return out, nil
 }

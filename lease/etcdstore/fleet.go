@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -50,7 +49,7 @@ func (s *Store) putJSON(ctx context.Context, k string, v any, ttl time.Duration)
 	if ttl > 0 {
 		// The etcd lease only collects a request nobody cleared; no
 		// ownership decision waits for it.
-		g, err := s.cli.Grant(ctx, int64(math.Ceil(max(ttl, time.Second).Seconds())))
+		g, err := s.grant(ctx, ttl)
 		if err != nil {
 			return fmt.Errorf("%w: grant a %s lease for %q: %w", lease.ErrUnavailable, ttl, k, err)
 		}
@@ -124,10 +123,11 @@ func (s *Store) rowsTxn(ctx context.Context, keys []string, out map[string]lease
 	for i, r := range resp.Responses {
 		var vr lease.VersionedRow
 		if kvs := r.GetResponseRange().Kvs; len(kvs) > 0 {
-			if err := json.Unmarshal(kvs[0].Value, &vr.Row); err != nil {
-				return fmt.Errorf("etcdstore: key %q holds %q, not a lease row: %w", kvs[0].Key, kvs[0].Value, err)
+			row, err := decodeRow(kvs[0])
+			if err != nil {
+				return err
 			}
-			vr.Version = kvs[0].ModRevision
+			vr = lease.VersionedRow{Row: row, Version: kvs[0].ModRevision}
 		}
 		out[keys[i]] = vr
 	}
