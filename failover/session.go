@@ -111,10 +111,8 @@ func (s *session) run(ctx context.Context) {
 		s.setState("cooldown")
 		s.log.Info("device path released: not competing for the session during the cooldown",
 			"device_path_cooldown", admission.FormatSeconds(s.report.DevicePathCooldown))
-		select {
-		case <-ctx.Done():
+		if !sleep(ctx, s.report.DevicePathCooldown) {
 			return
-		case <-time.After(s.report.DevicePathCooldown):
 		}
 		if _, err := s.newManager(); err != nil {
 			return
@@ -371,11 +369,21 @@ func (s *session) activate(ctx context.Context, epoch uint64, h *pathHealth, log
 			log.Error("activation failed; retrying while owner", "err", err,
 				"broker_health_step_down", offOr(s.threshold), "device_path_step_down", offOr(s.devThreshold))
 		}
-		select {
-		case <-ctx.Done():
+		if !sleep(ctx, s.report.Timing.AcquirePollInterval) {
 			return nil
-		case <-time.After(s.report.Timing.AcquirePollInterval):
 		}
+	}
+}
+
+// sleep waits for d; it reports false when ctx ended first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
