@@ -1,5 +1,6 @@
 // Package failover runs each session through standby, owner, activation and
-// service, and steps the whole process down when its broker path stays lost.
+// service, steps the whole process down when its broker path stays lost, and
+// releases one session when its device path does.
 package failover
 
 // Exit statuses of `leasebridge run`. docs/operations.md lists them from

@@ -200,11 +200,7 @@ func (f *fleet) waitOwnedElsewhere(ctx context.Context, s *session, me string, u
 	ctx, cancel := context.WithDeadline(ctx, until)
 	defer cancel()
 	row := f.store.WatchRow(ctx, s.name)
-	for {
-		r, _, err := s.sup.o.Store.Read(ctx, s.name)
-		if err == nil && r.Owner != "" && r.Owner != me {
-			return
-		}
+	for !s.ownedOtherThan(ctx, me) {
 		select {
 		case <-ctx.Done():
 			return

@@ -2,7 +2,6 @@ package failover
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"slices"
 	"sort"
@@ -217,7 +216,6 @@ func fleetHandler(sv *Supervisor) http.HandlerFunc {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(st)
+		writeJSON(w, http.StatusOK, st)
 	}
 }

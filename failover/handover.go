@@ -113,10 +113,16 @@ func (s *session) pauseOver(ctx context.Context, p *pause) bool {
 	case !p.until.IsZero() && !time.Now().Before(p.until):
 		return true
 	}
+	return s.ownedOtherThan(ctx, p.from)
+}
+
+// ownedOtherThan reads the session's row, within one renew call's
+// timeout, and reports whether it names an owner other than from.
+func (s *session) ownedOtherThan(ctx context.Context, from string) bool {
 	rctx, cancel := context.WithTimeout(ctx, s.report.Timing.RenewCallTimeout)
 	defer cancel()
 	row, _, err := s.sup.o.Store.Read(rctx, s.name)
-	return err == nil && row.Owner != "" && row.Owner != p.from
+	return err == nil && row.Owner != "" && row.Owner != from
 }
 
 // handoverBudget is the session's admitted handover budget; it also

@@ -23,7 +23,8 @@ type Readiness struct {
 // Handler serves /metrics (Prometheus), /healthz (the process runs),
 // /readyz (200 when the process can do its job: lease store reachable,
 // every lease manager running, not shutting down or stepping down; 503
-// otherwise) and /sessions (every session's status as a JSON array). A
+// otherwise), /sessions (every session's status as a JSON array) and
+// /fleet (the fleet view read from the lease store, fleetHandler). A
 // session's service level is on /sessions and in the metrics, never in the
 // readiness: a PLC that is off must not take a sidecar's pod out of its
 // Service.
@@ -38,15 +39,21 @@ func Handler(sv *Supervisor, gatherer prometheus.Gatherer) http.Handler {
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		why := sv.NotReady()
 		body := Readiness{Ready: len(why) == 0, LeaseStoreUp: sv.StoreUp(), NotReady: why, Sessions: sv.Status()}
-		w.Header().Set("Content-Type", "application/json")
+		code := http.StatusOK
 		if !body.Ready {
-			w.WriteHeader(http.StatusServiceUnavailable)
+			code = http.StatusServiceUnavailable
 		}
-		_ = json.NewEncoder(w).Encode(body)
+		writeJSON(w, code, body)
 	})
 	mux.HandleFunc("GET /sessions", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(sv.Status())
+		writeJSON(w, http.StatusOK, sv.Status())
 	})
 	return mux
+}
+
+// writeJSON writes v as the JSON body of a response with status code.
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
 }

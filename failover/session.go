@@ -111,10 +111,8 @@ func (s *session) run(ctx context.Context) {
 		s.setState("cooldown")
 		s.log.Info("device path released: not competing for the session during the cooldown",
 			"device_path_cooldown", admission.FormatSeconds(s.report.DevicePathCooldown))
-		select {
-		case <-ctx.Done():
+		if !sleep(ctx, s.report.DevicePathCooldown) {
 			return
-		case <-time.After(s.report.DevicePathCooldown):
 		}
 		if _, err := s.newManager(); err != nil {
 			return
@@ -250,12 +248,8 @@ func (s *session) serve(ev lease.Event, stop <-chan struct{}) {
 	activated := make(chan *term, 1)
 	go func() { activated <- s.activate(actx, ev.Epoch, h, log) }()
 
-	var check <-chan time.Time
-	if s.threshold > 0 || s.devThreshold > 0 {
-		tick := time.NewTicker(s.report.Timing.RenewInterval)
-		defer tick.Stop()
-		check = tick.C
-	}
+	check, stopCheck := s.pathCheck()
+	defer stopCheck()
 	var (
 		t        *term
 		w        *work
@@ -292,12 +286,31 @@ loop:
 		}
 	}
 	s.setState("closing")
-	// Gracefully, the device and broker see an orderly close and the
-	// status topic says "released" before the row is given up. Fenced or
-	// lost, the transports already dropped their connections when the
-	// owner context ended, and closing only tidies up. An activation still
-	// under way closes what it opened before it returns.
 	acancel()
+	closeOwnership(activated, t, w)
+	s.setConflict("")
+	log.Info("term closed", "graceful", graceful)
+}
+
+// pathCheck is the renew-round tick of serve's path checks: nil (never
+// ready) when neither broker_health_step_down nor device_path_step_down
+// is on. The returned func stops it.
+func (s *session) pathCheck() (<-chan time.Time, func()) {
+	if s.threshold <= 0 && s.devThreshold <= 0 {
+		return nil, func() {}
+	}
+	tick := time.NewTicker(s.report.Timing.RenewInterval)
+	return tick.C, tick.Stop
+}
+
+// closeOwnership closes what an ownership opened, once its activation
+// context is cancelled. Gracefully, the device and broker see an orderly
+// close and the status topic says "released" before the row is given up.
+// Fenced or lost, the transports already dropped their connections when
+// the owner context ended, and closing only tidies up. An activation
+// still under way (activated not nil) closes what it opened before it
+// returns.
+func closeOwnership(activated <-chan *term, t *term, w *work) {
 	if activated != nil {
 		t = <-activated
 	}
@@ -311,8 +324,6 @@ loop:
 	if w != nil {
 		w.wg.Wait()
 	}
-	s.setConflict("")
-	log.Info("term closed", "graceful", graceful)
 }
 
 // guarded is the owner context with a guard: every device request checks
@@ -358,11 +369,21 @@ func (s *session) activate(ctx context.Context, epoch uint64, h *pathHealth, log
 			log.Error("activation failed; retrying while owner", "err", err,
 				"broker_health_step_down", offOr(s.threshold), "device_path_step_down", offOr(s.devThreshold))
 		}
-		select {
-		case <-ctx.Done():
+		if !sleep(ctx, s.report.Timing.AcquirePollInterval) {
 			return nil
-		case <-time.After(s.report.Timing.AcquirePollInterval):
 		}
+	}
+}
+
+// sleep waits for d; it reports false when ctx ended first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
