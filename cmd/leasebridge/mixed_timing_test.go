@@ -260,7 +260,7 @@ func mixedBudget(t *testing.T, a, b *mixedProc) time.Duration {
 	return od.Total
 }
 
-// readyz returns the process's /readyz session status.
+// readyz returns the process's session status from /sessions.
 func (mp *mixedProc) readyz(t *testing.T) failover.SessionStatus {
 	t.Helper()
 	st, err := sessionStatus(http.DefaultClient, mp.http)
@@ -283,7 +283,7 @@ func (mp *mixedProc) metrics(t *testing.T) string {
 }
 
 // waitMismatch waits until the process reports a timing mismatch on
-// /readyz; limit is a test timeout, not a budget.
+// /sessions; limit is a test timeout, not a budget.
 func (mp *mixedProc) waitMismatch(t *testing.T, limit time.Duration) failover.TimingMismatch {
 	t.Helper()
 	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
@@ -291,7 +291,7 @@ func (mp *mixedProc) waitMismatch(t *testing.T, limit time.Duration) failover.Ti
 			return *st.TimingMismatch
 		}
 	}
-	t.Fatalf("%s showed no timing mismatch on /readyz within %s", mp.name, limit)
+	t.Fatalf("%s showed no timing mismatch on /sessions within %s", mp.name, limit)
 	return failover.TimingMismatch{}
 }
 
