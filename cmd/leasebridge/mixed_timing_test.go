@@ -213,14 +213,8 @@ func (f *mixedFleet) startEdited(t *testing.T, node string, edit func(string) st
 	addr := testbin.FreeAddr(t)
 	y := edit(testbin.Config(testbin.Bridge{Etcd: "http://" + px.Addr(), Broker: f.broker.URL, PLC: f.plc.addr, Node: node, HTTP: addr,
 		KeyPrefix: "/mixed-test/", Topic: "{device}/{tag}"}))
-	mp := &mixedProc{fleet: f, path: filepath.Join(f.dir, node+".yaml")}
-	if err := os.WriteFile(mp.path, []byte(y), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := routes.Parse(mp.path, []byte(y))
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, cfg := writeRoutes(t, f.dir, node, y)
+	mp := &mixedProc{fleet: f, path: path}
 	mp.proc = proc{bridgeProc: &bridgeProc{name: node, http: addr}, proxy: px, report: cfg.Admit()[0]}
 	if !mp.report.Admitted() {
 		t.Fatalf("%s refused: %v", node, mp.report.Refusals)
