@@ -434,14 +434,14 @@ func (ps *payloads) waitEpoch(ctx context.Context, after uint64, limit time.Dura
 	}
 }
 
-// waitStandby waits until every bridge but owner answers on /readyz with
+// waitStandby waits until every bridge but owner answers on /sessions with
 // its session not owned: a standby watching the row.
 func waitStandby(ctx context.Context, procs []*bridgeProc, owner *bridgeProc, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	client := &http.Client{Timeout: time.Second}
 	for _, p := range procs {
 		for p != owner {
-			if st, err := readyz(client, p); err == nil && len(st) == 1 && !st[0].Owner {
+			if st, err := sessions(client, p); err == nil && len(st) == 1 && !st[0].Owner {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -457,33 +457,31 @@ func waitStandby(ctx context.Context, procs []*bridgeProc, owner *bridgeProc, li
 	return nil
 }
 
-// sessionStatus reads the one session's status from /readyz at addr.
+// sessionStatus reads the one session's status from /sessions at addr.
 func sessionStatus(client *http.Client, addr string) (failover.SessionStatus, error) {
-	st, err := readyz(client, &bridgeProc{http: addr})
+	st, err := sessions(client, &bridgeProc{http: addr})
 	if err != nil {
-		return failover.SessionStatus{}, fmt.Errorf("/readyz at %s: %w", addr, err)
+		return failover.SessionStatus{}, fmt.Errorf("/sessions at %s: %w", addr, err)
 	}
 	if len(st) != 1 {
-		return failover.SessionStatus{}, fmt.Errorf("/readyz at %s: %d sessions, want 1", addr, len(st))
+		return failover.SessionStatus{}, fmt.Errorf("/sessions at %s: %d sessions, want 1", addr, len(st))
 	}
 	return st[0], nil
 }
 
-// readyz reads a bridge's per-session status from /readyz.
-func readyz(client *http.Client, p *bridgeProc) ([]failover.SessionStatus, error) {
-	resp, err := client.Get("http://" + p.http + "/readyz")
+// sessions reads a bridge's per-session status from /sessions.
+func sessions(client *http.Client, p *bridgeProc) ([]failover.SessionStatus, error) {
+	resp, err := client.Get("http://" + p.http + "/sessions")
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	var body struct {
-		Sessions []failover.SessionStatus `json:"sessions"`
-	}
-	err = json.NewDecoder(resp.Body).Decode(&body)
-	return body.Sessions, err
+	var st []failover.SessionStatus
+	err = json.NewDecoder(resp.Body).Decode(&st)
+	return st, err
 }
 
-// waitOwner polls the bridges' /readyz until one other than skip owns the
+// waitOwner polls the bridges' /sessions until one other than skip owns the
 // session at ServiceLevelFull.
 func waitOwner(ctx context.Context, procs []*bridgeProc, skip *bridgeProc, limit time.Duration) (*bridgeProc, failover.SessionStatus, error) {
 	deadline := time.Now().Add(limit)
@@ -493,7 +491,7 @@ func waitOwner(ctx context.Context, procs []*bridgeProc, skip *bridgeProc, limit
 			if p == skip {
 				continue
 			}
-			st, err := readyz(client, p)
+			st, err := sessions(client, p)
 			if err == nil && len(st) == 1 && st[0].Owner && st[0].ServiceLevelFull {
 				return p, st[0], nil
 			}

@@ -14,7 +14,7 @@ func aboutText(format string) string {
 		return strings.TrimSpace(format) // Sprintf would flag the unused values
 	}
 	return strings.TrimSpace(fmt.Sprintf(format, exitOK, exitRefused, exitInvalid, failover.ExitStepDown,
-		signalExit(syscall.SIGINT), signalExit(syscall.SIGTERM)))
+		signalExit(syscall.SIGINT), signalExit(syscall.SIGTERM), failover.ExitFailure))
 }
 
 // signalExit is the exit status of a command ended by sig: 128 + its number.
@@ -26,15 +26,17 @@ func signalExit(sig syscall.Signal) int { return 128 + int(sig) }
 
 // The about texts are formats: %[1]d is exitOK, %[2]d exitRefused, %[3]d
 // exitInvalid, %[4]d failover.ExitStepDown, %[5]d and %[6]d the demo's
-// exits on SIGINT and SIGTERM (see aboutText).
+// exits on SIGINT and SIGTERM, %[7]d failover.ExitFailure (see aboutText).
 
 const runAbout = `
 The bridge. Admission runs first: a configuration it refuses exits %[2]d before
 any lease store or transport is opened, an invalid one exits %[3]d. Then one
 startup line per session with its owner-death budget and
-broker_path_failover; /metrics, /healthz and /readyz on http_listen.
+broker_path_failover; /metrics, /healthz, /readyz, /sessions and /fleet on
+http_listen.
 SIGTERM or SIGINT ends every ownership term and releases every lease (exit
-%[1]d); a broker-path step-down releases everything and exits %[4]d, to be
+%[1]d; exit %[7]d when a release fails, and standbys take over after
+lease_ttl); a broker-path step-down releases everything and exits %[4]d, to be
 restarted as a standby. A standalone node without lease_store.endpoints runs
 an embedded single-member etcd in data_dir.
 

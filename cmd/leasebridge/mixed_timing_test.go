@@ -213,14 +213,8 @@ func (f *mixedFleet) startEdited(t *testing.T, node string, edit func(string) st
 	addr := testbin.FreeAddr(t)
 	y := edit(testbin.Config(testbin.Bridge{Etcd: "http://" + px.Addr(), Broker: f.broker.URL, PLC: f.plc.addr, Node: node, HTTP: addr,
 		KeyPrefix: "/mixed-test/", Topic: "{device}/{tag}"}))
-	mp := &mixedProc{fleet: f, path: filepath.Join(f.dir, node+".yaml")}
-	if err := os.WriteFile(mp.path, []byte(y), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := routes.Parse(mp.path, []byte(y))
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, cfg := writeRoutes(t, f.dir, node, y)
+	mp := &mixedProc{fleet: f, path: path}
 	mp.proc = proc{bridgeProc: &bridgeProc{name: node, http: addr}, proxy: px, report: cfg.Admit()[0]}
 	if !mp.report.Admitted() {
 		t.Fatalf("%s refused: %v", node, mp.report.Refusals)
@@ -260,7 +254,7 @@ func mixedBudget(t *testing.T, a, b *mixedProc) time.Duration {
 	return od.Total
 }
 
-// readyz returns the process's /readyz session status.
+// readyz returns the process's session status from /sessions.
 func (mp *mixedProc) readyz(t *testing.T) failover.SessionStatus {
 	t.Helper()
 	st, err := sessionStatus(http.DefaultClient, mp.http)
@@ -283,7 +277,7 @@ func (mp *mixedProc) metrics(t *testing.T) string {
 }
 
 // waitMismatch waits until the process reports a timing mismatch on
-// /readyz; limit is a test timeout, not a budget.
+// /sessions; limit is a test timeout, not a budget.
 func (mp *mixedProc) waitMismatch(t *testing.T, limit time.Duration) failover.TimingMismatch {
 	t.Helper()
 	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
@@ -291,7 +285,7 @@ func (mp *mixedProc) waitMismatch(t *testing.T, limit time.Duration) failover.Ti
 			return *st.TimingMismatch
 		}
 	}
-	t.Fatalf("%s showed no timing mismatch on /readyz within %s", mp.name, limit)
+	t.Fatalf("%s showed no timing mismatch on /sessions within %s", mp.name, limit)
 	return failover.TimingMismatch{}
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -19,21 +18,10 @@ import (
 	"github.com/leasebridge/leasebridge/internal/testmqtt"
 )
 
-// sessionOf reads the one session's status from a process's /readyz body.
+// sessionOf reads the one session's status from a process's /sessions.
 func sessionOf(pr *proc) (failover.SessionStatus, bool) {
-	client := &http.Client{Timeout: time.Second}
-	resp, err := client.Get("http://" + pr.http + "/readyz")
-	if err != nil {
-		return failover.SessionStatus{}, false
-	}
-	defer resp.Body.Close()
-	var body struct {
-		Sessions []failover.SessionStatus `json:"sessions"`
-	}
-	if json.NewDecoder(resp.Body).Decode(&body) != nil || len(body.Sessions) != 1 {
-		return failover.SessionStatus{}, false
-	}
-	return body.Sessions[0], true
+	st, err := sessionStatus(&http.Client{Timeout: time.Second}, pr.http)
+	return st, err == nil
 }
 
 // waitSession polls pr until its session satisfies ok, at most limit, and

@@ -97,10 +97,7 @@ func (p *runPeers) startAt(t *testing.T, node, etcdURL string, edit func(*testbi
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = px.Close() })
-	addr, err := freeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
+	addr := testbin.FreeAddr(t)
 	br := testbin.Bridge{Etcd: etcdURL, Broker: "tcp://" + px.Addr(), PLC: p.plc.Addr(), Node: node, HTTP: addr,
 		KeyPrefix: "/run-test/", Topic: "{device}/{tag}"}
 	if edit != nil {
@@ -115,6 +112,17 @@ func (p *runPeers) startAt(t *testing.T, node, etcdURL string, edit func(*testbi
 // run` on it, its log in dir/node.log, killed at the end of the test.
 func launch(t *testing.T, dir, node, addr, y string) *proc {
 	t.Helper()
+	path, cfg := writeRoutes(t, dir, node, y)
+	pr := &proc{bridgeProc: &bridgeProc{name: node, http: addr, log: filepath.Join(dir, node+".log")}, reports: cfg.Admit()}
+	pr.report = pr.reports[0]
+	pr.launch(t, path, "text")
+	return pr
+}
+
+// writeRoutes writes configuration y to dir/node.yaml and parses it as
+// the process will.
+func writeRoutes(t *testing.T, dir, node, y string) (string, *routes.Config) {
+	t.Helper()
 	path := filepath.Join(dir, node+".yaml")
 	if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
 		t.Fatal(err)
@@ -123,10 +131,7 @@ func launch(t *testing.T, dir, node, addr, y string) *proc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pr := &proc{bridgeProc: &bridgeProc{name: node, http: addr, log: filepath.Join(dir, node+".log")}, reports: cfg.Admit()}
-	pr.report = pr.reports[0]
-	pr.launch(t, path, "text")
-	return pr
+	return path, cfg
 }
 
 // launch runs `leasebridge run -c path` with its output in pr.log and

@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasebridge/leasebridge/failover"
+	"github.com/leasebridge/leasebridge/internal/testbin"
 	"github.com/leasebridge/leasebridge/internal/testetcd"
 	"github.com/leasebridge/leasebridge/lease"
 	"github.com/leasebridge/leasebridge/lease/etcdstore"
@@ -150,19 +151,10 @@ func TestStatusOwnedUnownedPinnedMismatched(t *testing.T) {
 	}
 	// A store nobody listens on: exit 3.
 	down := filepath.Join(dir, "down.yaml")
-	if err := os.WriteFile(down, []byte(statusConfig("http://"+freeLoopback(t), "owned")), 0o600); err != nil {
+	if err := os.WriteFile(down, []byte(statusConfig("http://"+testbin.FreeAddr(t), "owned")), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if code := run([]string{"status", "-c", down}, &text, &errb); code != exitStoreDown {
 		t.Errorf("store down: exit %d, want %d", code, exitStoreDown)
 	}
-}
-
-func freeLoopback(t *testing.T) string {
-	t.Helper()
-	a, err := freeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a
 }

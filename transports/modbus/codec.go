@@ -3,7 +3,6 @@ package modbus
 import (
 	"encoding/binary"
 	"fmt"
-	"math"
 	"strings"
 
 	"github.com/leasebridge/leasebridge/transports/tagvalue"
@@ -102,23 +101,8 @@ func decodeRegisters(t *tag, wire []byte) (any, error) {
 	} else {
 		b = t.order.toBig(wire)
 	}
-	switch t.typ {
-	case tagvalue.TypeInt16:
-		return int16(binary.BigEndian.Uint16(b)), nil
-	case tagvalue.TypeUint16:
-		return binary.BigEndian.Uint16(b), nil
-	case tagvalue.TypeInt32:
-		return int32(binary.BigEndian.Uint32(b)), nil
-	case tagvalue.TypeUint32:
-		return binary.BigEndian.Uint32(b), nil
-	case tagvalue.TypeFloat32:
-		return math.Float32frombits(binary.BigEndian.Uint32(b)), nil
-	case tagvalue.TypeInt64:
-		return int64(binary.BigEndian.Uint64(b)), nil
-	case tagvalue.TypeUint64:
-		return binary.BigEndian.Uint64(b), nil
-	case tagvalue.TypeFloat64:
-		return math.Float64frombits(binary.BigEndian.Uint64(b)), nil
+	if v, ok := tagvalue.FromBigEndian(t.typ, b); ok {
+		return v, nil
 	}
 	return nil, fmt.Errorf("%w %q", ErrType, t.typ)
 }

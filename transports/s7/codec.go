@@ -1,9 +1,7 @@
 package s7
 
 import (
-	"encoding/binary"
 	"fmt"
-	"math"
 
 	"github.com/leasebridge/leasebridge/transports/tagvalue"
 )
@@ -12,29 +10,11 @@ import (
 
 // decode turns a tag's bytes into its value, before scale and offset.
 func decode(t *tag, b []byte) any {
-	switch t.typ {
-	case tagvalue.TypeBool:
+	if t.typ == tagvalue.TypeBool {
 		return b[0]&(1<<uint(t.bit)) != 0
-	case tagvalue.TypeInt8:
-		return int8(b[0])
-	case tagvalue.TypeUint8:
-		return b[0]
-	case tagvalue.TypeInt16:
-		return int16(binary.BigEndian.Uint16(b))
-	case tagvalue.TypeUint16:
-		return binary.BigEndian.Uint16(b)
-	case tagvalue.TypeInt32:
-		return int32(binary.BigEndian.Uint32(b))
-	case tagvalue.TypeUint32:
-		return binary.BigEndian.Uint32(b)
-	case tagvalue.TypeFloat32:
-		return math.Float32frombits(binary.BigEndian.Uint32(b))
-	case tagvalue.TypeInt64:
-		return int64(binary.BigEndian.Uint64(b))
-	case tagvalue.TypeUint64:
-		return binary.BigEndian.Uint64(b)
-	case tagvalue.TypeFloat64:
-		return math.Float64frombits(binary.BigEndian.Uint64(b))
+	}
+	if v, ok := tagvalue.FromBigEndian(t.typ, b); ok {
+		return v
 	}
 	// An S7 STRING: declared length, current length, characters. A
 	// current length beyond the declared one is clipped, as a PLC does.

@@ -406,6 +406,35 @@ func BigEndian(v any, typ Type, scale *float64, offset float64) ([]byte, error) 
 	return b, nil
 }
 
+// FromBigEndian is BigEndian's inverse before scale and offset: the value
+// of a numeric tag type from its big-endian bytes, false for a type that
+// is not a number. b holds at least the type's width.
+func FromBigEndian(typ Type, b []byte) (any, bool) {
+	switch typ {
+	case TypeInt8:
+		return int8(b[0]), true
+	case TypeUint8:
+		return b[0], true
+	case TypeInt16:
+		return int16(binary.BigEndian.Uint16(b)), true
+	case TypeUint16:
+		return binary.BigEndian.Uint16(b), true
+	case TypeInt32:
+		return int32(binary.BigEndian.Uint32(b)), true
+	case TypeUint32:
+		return binary.BigEndian.Uint32(b), true
+	case TypeFloat32:
+		return math.Float32frombits(binary.BigEndian.Uint32(b)), true
+	case TypeInt64:
+		return int64(binary.BigEndian.Uint64(b)), true
+	case TypeUint64:
+		return binary.BigEndian.Uint64(b), true
+	case TypeFloat64:
+		return math.Float64frombits(binary.BigEndian.Uint64(b)), true
+	}
+	return nil, false
+}
+
 // intBits is the width of an integer tag type.
 func intBits(typ Type) (uint, error) {
 	bits, err := strconv.Atoi(strings.TrimPrefix(strings.TrimPrefix(string(typ), "u"), "int"))

@@ -316,3 +316,33 @@ func TestBigEndian(t *testing.T) {
 		}
 	}
 }
+
+// TestFromBigEndianInvertsBigEndian decodes what BigEndian wrote, for
+// every numeric type, and refuses the types that are not numbers.
+func TestFromBigEndianInvertsBigEndian(t *testing.T) {
+	cases := []struct {
+		typ  Type
+		in   any
+		want any
+	}{
+		{TypeInt8, -7, int8(-7)}, {TypeUint8, 200, uint8(200)},
+		{TypeInt16, -300, int16(-300)}, {TypeUint16, 65000, uint16(65000)},
+		{TypeInt32, -70000, int32(-70000)}, {TypeUint32, 4000000000, uint32(4000000000)},
+		{TypeInt64, -1 << 40, int64(-1 << 40)}, {TypeUint64, uint64(1) << 63, uint64(1) << 63},
+		{TypeFloat32, 1.5, float32(1.5)}, {TypeFloat64, -2.25, -2.25},
+	}
+	for _, c := range cases {
+		b, err := BigEndian(c.in, c.typ, nil, 0)
+		if err != nil {
+			t.Fatalf("%s %v: %v", c.typ, c.in, err)
+		}
+		if got, ok := FromBigEndian(c.typ, b); !ok || got != c.want {
+			t.Errorf("%s: FromBigEndian(% x) = %v (%T), %v; want %v (%T)", c.typ, b, got, got, ok, c.want, c.want)
+		}
+	}
+	for _, typ := range []Type{TypeBool, TypeString} {
+		if v, ok := FromBigEndian(typ, []byte{1, 2}); ok {
+			t.Errorf("FromBigEndian(%s) = %v, true; want false", typ, v)
+		}
+	}
+}
