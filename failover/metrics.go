@@ -73,79 +73,28 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "FailureToFullDuration by cause (owner_death, broker_path, device_path, handover, initial): from the start of the outage, as far as it can be known, to the successor's ServiceLevelFull (docs/failover-budget.md).",
 			Buckets: prometheus.ExponentialBuckets(0.05, 2, 16),
 		}, []string{"session", "cause"}),
-		State: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "leasebridge_session_state",
-			Help: "1 for the session's current state (standby, activating, serving, closing, cooldown, stopped), 0 otherwise.",
-		}, []string{"session", "state"}),
-		Epoch: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "leasebridge_lease_epoch",
-			Help: "Lease epoch (fencing token) this process last owned the session at.",
-		}, []string{"session"}),
-		RenewFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "leasebridge_renew_failures_total",
-			Help: "Renew calls that failed or timed out.",
-		}, []string{"session"}),
-		StepDowns: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "leasebridge_step_downs_total",
-			Help: "Broker-path step-downs: the broker path stayed not converged for broker_health_step_down.",
-		}, []string{"session"}),
-		Budget: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "leasebridge_failover_budget_seconds",
-			Help: "Admitted worst-case failover budget per failure mode (owner_death, broker_path, device_path).",
-		}, []string{"session", "mode"}),
-		TransportErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "leasebridge_transport_errors_total",
-			Help: "Transport errors by operation (open, poll, write, publish, close).",
-		}, []string{"session", "transport", "op"}),
-		Takeovers: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "leasebridge_takeovers_total",
-			Help: "Times this process became the session's owner.",
-		}, []string{"session"}),
-		ClaimConflicts: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "leasebridge_endpoint_claim_conflicts",
-			Help: "1 while a device endpoint of the session is claimed under another key_prefix or session; the owner does not activate.",
-		}, []string{"session"}),
-		TimingMismatch: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "leasebridge_timing_mismatch",
-			Help: "1 while the lease row's owner runs a lease timing (lease_ttl, renew_interval, renew_call_timeout, acquire_poll_interval, fence_after) other than this node's; a standby then waits the longer lease_ttl.",
-		}, []string{"session"}),
-		TimingMismatches: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "leasebridge_timing_mismatches_total",
-			Help: "Distinct row-owner lease timings seen that differ from this node's.",
-		}, []string{"session"}),
+		State:            gaugeVec("leasebridge_session_state", "1 for the session's current state (standby, activating, serving, closing, cooldown, stopped), 0 otherwise.", "session", "state"),
+		Epoch:            gaugeVec("leasebridge_lease_epoch", "Lease epoch (fencing token) this process last owned the session at.", "session"),
+		RenewFailures:    counterVec("leasebridge_renew_failures_total", "Renew calls that failed or timed out.", "session"),
+		StepDowns:        counterVec("leasebridge_step_downs_total", "Broker-path step-downs: the broker path stayed not converged for broker_health_step_down.", "session"),
+		Budget:           gaugeVec("leasebridge_failover_budget_seconds", "Admitted worst-case failover budget per failure mode (owner_death, broker_path, device_path).", "session", "mode"),
+		TransportErrors:  counterVec("leasebridge_transport_errors_total", "Transport errors by operation (open, poll, write, publish, close).", "session", "transport", "op"),
+		Takeovers:        counterVec("leasebridge_takeovers_total", "Times this process became the session's owner.", "session"),
+		ClaimConflicts:   gaugeVec("leasebridge_endpoint_claim_conflicts", "1 while a device endpoint of the session is claimed under another key_prefix or session; the owner does not activate.", "session"),
+		TimingMismatch:   gaugeVec("leasebridge_timing_mismatch", "1 while the lease row's owner runs a lease timing (lease_ttl, renew_interval, renew_call_timeout, acquire_poll_interval, fence_after) other than this node's; a standby then waits the longer lease_ttl.", "session"),
+		TimingMismatches: counterVec("leasebridge_timing_mismatches_total", "Distinct row-owner lease timings seen that differ from this node's.", "session"),
 		StoreUp: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "leasebridge_lease_store_up",
 			Help: "1 while the lease store answers the linearizable probe this process sends several times per renew_interval, each within renew_call_timeout; 0 otherwise.",
 		}),
-		WriteRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "leasebridge_write_requests_total",
-			Help: "Write requests by outcome: the reply code (ok, busy, stale, invalid, ...; docs/writes.md), or dropped.",
-		}, []string{"session", "route", "outcome"}),
-		DeviceUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "leasebridge_device_up",
-			Help: "1 while the owned session's device answers its polls, 0 while it does not; absent on a standby.",
-		}, []string{"session", "device"}),
-		DeviceLastGood: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "leasebridge_device_last_good_timestamp_seconds",
-			Help: "Unix time of the device's last good answer to this node.",
-		}, []string{"session", "device"}),
-		DeviceStepDowns: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "leasebridge_device_step_downs_total",
-			Help: "Device-path releases: a device stayed unreachable for device_path_step_down.",
-		}, []string{"session"}),
-		BuildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "leasebridge_build_info",
-			Help: "1, labelled with the binary's module version, VCS revision, dirty flag and Go version (as `leasebridge version` prints).",
-		}, buildinfo.LabelNames),
-		TopologySuspect: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "leasebridge_broker_topology_suspect",
-			Help: "1 while this standby of a session with a bridge route has stood by longer than the owner-death budget and its local broker carries no active status from another node: the owner uses another broker (docs/bridged-data.md).",
-		}, []string{"session"}),
-		Bridges: newBridgeCounters(),
-		SessionUnowned: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "leasebridge_session_unowned",
-			Help: "1 while no node owns the session as this node observes its lease row (released, or unchanged for its owner's lease_ttl); with fleet rows only.",
-		}, []string{"session"}),
+		WriteRequests:   counterVec("leasebridge_write_requests_total", "Write requests by outcome: the reply code (ok, busy, stale, invalid, ...; docs/writes.md), or dropped.", "session", "route", "outcome"),
+		DeviceUp:        gaugeVec("leasebridge_device_up", "1 while the owned session's device answers its polls, 0 while it does not; absent on a standby.", "session", "device"),
+		DeviceLastGood:  gaugeVec("leasebridge_device_last_good_timestamp_seconds", "Unix time of the device's last good answer to this node.", "session", "device"),
+		DeviceStepDowns: counterVec("leasebridge_device_step_downs_total", "Device-path releases: a device stayed unreachable for device_path_step_down.", "session"),
+		BuildInfo:       gaugeVec("leasebridge_build_info", "1, labelled with the binary's module version, VCS revision, dirty flag and Go version (as `leasebridge version` prints).", buildinfo.LabelNames...),
+		TopologySuspect: gaugeVec("leasebridge_broker_topology_suspect", "1 while this standby of a session with a bridge route has stood by longer than the owner-death budget and its local broker carries no active status from another node: the owner uses another broker (docs/bridged-data.md).", "session"),
+		Bridges:         newBridgeCounters(),
+		SessionUnowned:  gaugeVec("leasebridge_session_unowned", "1 while no node owns the session as this node observes its lease row (released, or unchanged for its owner's lease_ttl); with fleet rows only.", "session"),
 	}
 	m.BuildInfo.WithLabelValues(buildinfo.Read().Labels()...).Set(1)
 	reg.MustRegister(m.Bridges, m.FailureToFull, m.State, m.Epoch, m.RenewFailures, m.StepDowns, m.Budget, m.TransportErrors, m.Takeovers,
@@ -214,4 +163,14 @@ func failureToFull(ev lease.Event, now time.Time) (time.Duration, string) {
 // observeFailureToFull records one takeover's FailureToFullDuration.
 func (m *Metrics) observeFailureToFull(session, cause string, d time.Duration) {
 	m.FailureToFull.WithLabelValues(session, cause).Observe(d.Seconds())
+}
+
+// gaugeVec is a gauge family with its name, help and labels.
+func gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+}
+
+// counterVec is a counter family with its name, help and labels.
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 }

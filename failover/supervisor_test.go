@@ -70,7 +70,7 @@ type bridge struct {
 	reg     *prometheus.Registry
 	report  admission.Report
 	reports []admission.Report
-	logs    *syncBuffer
+	logs    *testbin.SyncBuffer
 	cancel  context.CancelFunc
 	done    chan error
 	http    *httptest.Server
@@ -135,7 +135,7 @@ func (p *peers) bridgeAt(t *testing.T, node, keyPrefix, etcdURL string, jsonLogs
 	}
 	t.Cleanup(func() { _ = store.Close() })
 	reg := prometheus.NewRegistry()
-	logs := &syncBuffer{}
+	logs := &testbin.SyncBuffer{}
 	var w io.Writer = logs
 	if testing.Verbose() {
 		w = io.MultiWriter(logs, testWriter{t})

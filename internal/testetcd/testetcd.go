@@ -7,7 +7,6 @@
 package testetcd
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasebridge/leasebridge/internal/testbin"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
@@ -52,7 +52,7 @@ type member struct {
 	emb  *embed.Etcd
 	stop func() // stops this incarnation once
 	cmd  *exec.Cmd
-	log  *syncBuffer
+	log  *testbin.SyncBuffer
 }
 
 // StartEmbedded starts an n-member cluster inside the test process.
@@ -319,7 +319,7 @@ func (m *member) startEmbedded() error {
 }
 
 func (m *member) startBinary(bin string) error {
-	m.log = &syncBuffer{}
+	m.log = &testbin.SyncBuffer{}
 	cmd := exec.Command(bin,
 		"--name", m.name,
 		"--data-dir", m.dir,
@@ -375,24 +375,6 @@ func (c *Cluster) logs() string {
 		m.mu.Unlock()
 	}
 	return b.String()
-}
-
-// syncBuffer collects a process's output while the test may read it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // EnableAuth creates user root with password and turns authentication on,
