@@ -3,6 +3,7 @@ package failover_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -51,20 +52,11 @@ func (b *bridge) waitHealth(t *testing.T, code int, limit time.Duration) time.Ti
 // loaded.
 func (b *bridge) waitHealthLag(t *testing.T, code int, limit time.Duration) (time.Time, time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	var lag time.Duration
-	for {
-		start := time.Now()
+	return testbin.Observe(t, limit, func() (bool, string) {
 		h := b.health(t)
-		if h.code == code && h.storeUp == (code == http.StatusOK) && h.ready.LeaseStoreUp == h.storeUp {
-			return time.Now(), max(lag, time.Since(start))
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: /readyz %d (want %d), lease_store_up %v after %s: %+v", b.node, h.code, code, h.storeUp, limit, h.ready)
-		}
-		time.Sleep(5 * time.Millisecond)
-		lag = max(lag, time.Since(start))
-	}
+		ok := h.code == code && h.storeUp == (code == http.StatusOK) && h.ready.LeaseStoreUp == h.storeUp
+		return ok, fmt.Sprintf("%s: /readyz %d (want %d), lease_store_up %v: %+v", b.node, h.code, code, h.storeUp, h.ready)
+	})
 }
 
 // A lease store behind a blackhole is reported within one renew_interval

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -68,20 +69,11 @@ func (pr *proc) waitReadiness(t *testing.T, code int, limit time.Duration) time.
 // machine is loaded (the bridge answers /readyz on the same cores).
 func (pr *proc) waitReadinessLag(t *testing.T, code int, limit time.Duration) (time.Time, time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	var lag time.Duration
-	for {
-		start := time.Now()
+	return testbin.Observe(t, limit, func() (bool, string) {
 		r, err := pr.readiness()
-		if err == nil && r.code == code && r.storeUp == (code == http.StatusOK) {
-			return time.Now(), max(lag, time.Since(start))
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: /readyz %d, lease_store_up %v (err %v) after %s; want %d", pr.name, r.code, r.storeUp, err, limit, code)
-		}
-		time.Sleep(5 * time.Millisecond)
-		lag = max(lag, time.Since(start))
-	}
+		ok := err == nil && r.code == code && r.storeUp == (code == http.StatusOK)
+		return ok, fmt.Sprintf("%s: /readyz %d, lease_store_up %v (err %v); want %d", pr.name, r.code, r.storeUp, err, code)
+	})
 }
 
 func (pr *proc) logText() string {
