@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"github.com/leasebridge/leasebridge/failover"
 	"github.com/leasebridge/leasebridge/internal/plcsim"
 	"github.com/leasebridge/leasebridge/internal/testmqtt"
+	"github.com/leasebridge/leasebridge/internal/writetest"
 	"github.com/leasebridge/leasebridge/lease"
 	"github.com/leasebridge/leasebridge/lease/etcdembed"
 	"github.com/leasebridge/leasebridge/lease/etcdstore"
@@ -36,7 +36,7 @@ type writeRig struct {
 	mq    *testmqtt.Mosquitto
 	sv    *failover.Supervisor
 	reg   *prometheus.Registry
-	owner *replies
+	owner *writetest.Requester
 }
 
 const writeRigConfig = `deployment_mode: clustered
@@ -107,7 +107,7 @@ func startWriteRig(t *testing.T, maxAge time.Duration) *writeRig {
 	done := make(chan error, 1)
 	go func() { done <- sv.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	r := &writeRig{plc: plc, mq: mq, sv: sv, reg: reg, owner: listenReplies(t, mq.URL)}
+	r := &writeRig{plc: plc, mq: mq, sv: sv, reg: reg, owner: writetest.New(t, mq.URL, "w/req", "w/resp")}
 	deadline := time.Now().Add(reports[0].OwnerDeath.Total)
 	for s := sv.Status()[0]; !(s.Owner && s.ServiceLevelFull); s = sv.Status()[0] {
 		if time.Now().After(deadline) {
@@ -116,70 +116,6 @@ func startWriteRig(t *testing.T, maxAge time.Duration) *writeRig {
 		time.Sleep(5 * time.Millisecond)
 	}
 	return r
-}
-
-// replies collects every reply by id.
-type replies struct {
-	mu   sync.Mutex
-	byID map[string][]failover.WriteReply
-	n    int
-	c    paho.Client
-}
-
-func listenReplies(t *testing.T, url string) *replies {
-	t.Helper()
-	r := &replies{byID: map[string][]failover.WriteReply{}}
-	o := paho.NewClientOptions().AddBroker(url).SetClientID(fmt.Sprintf("requester-%d", time.Now().UnixNano())).SetCleanSession(true)
-	o.SetMaxResumePubInFlight(64)
-	r.c = paho.NewClient(o)
-	if tok := r.c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("requester connect: %v", tok.Error())
-	}
-	t.Cleanup(func() { r.c.Disconnect(100) })
-	tok := r.c.Subscribe("w/resp", 1, func(_ paho.Client, m paho.Message) {
-		var rep failover.WriteReply
-		if err := json.Unmarshal(m.Payload(), &rep); err != nil {
-			t.Errorf("reply %q: %v", m.Payload(), err)
-			return
-		}
-		r.mu.Lock()
-		r.byID[rep.ID] = append(r.byID[rep.ID], rep)
-		r.n++
-		r.mu.Unlock()
-	})
-	if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("subscribe w/resp: %v", tok.Error())
-	}
-	return r
-}
-
-// waitCount waits until n replies have arrived. It fails when none
-// arrives for stall: the bridge stopped answering. A slow but moving
-// burst on a loaded machine is not a failure; the test's own timeout
-// bounds the whole.
-func (r *replies) waitCount(t *testing.T, n int, stall time.Duration) {
-	t.Helper()
-	last, lastAt := -1, time.Now()
-	for {
-		r.mu.Lock()
-		got := r.n
-		r.mu.Unlock()
-		if got >= n {
-			return
-		}
-		if got != last {
-			last, lastAt = got, time.Now()
-		}
-		if time.Since(lastAt) > stall {
-			t.Fatalf("%d replies of %d, then none for %s", got, n, stall)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func request(id, tag string, value any, issued time.Time) []byte {
-	b, _ := json.Marshal(failover.WriteRequest{ID: id, Tag: tag, Value: value, IssuedAt: issued})
-	return b
 }
 
 // counters reads leasebridge_write_requests_total by outcome.
@@ -223,7 +159,7 @@ func TestWriteBurstEveryRequestAnsweredOnce(t *testing.T) {
 		id, code string
 		payload  string
 	}
-	ok := func(id string, v any) string { return string(request(id, "setpoint", v, now)) }
+	ok := func(id string, v any) string { return string(writetest.Request(id, "setpoint", v, now)) }
 	iso := now.UTC().Format(time.RFC3339Nano)
 	invalid := []bad{
 		{"trailing", failover.WriteInvalid, ok("trailing", 60001) + ` {"x":1}`},
@@ -235,20 +171,20 @@ func TestWriteBurstEveryRequestAnsweredOnce(t *testing.T) {
 		{"too-big", failover.WriteBadValue, ok("too-big", 70000)},
 		{"negative", failover.WriteBadValue, ok("negative", -1)},
 		{"string-junk", failover.WriteBadValue, ok("string-junk", "60007x")},
-		{"nope", failover.WriteUnknownTag, string(request("nope", "nope", 60008, now))},
-		{"ro", failover.WriteReadOnly, string(request("ro", "cycles", 60009, now))},
-		{"old", failover.WriteStale, string(request("old", "setpoint", 60010, now.Add(-time.Hour)))},
-		{"future", failover.WriteClockSkew, string(request("future", "setpoint", 60011, now.Add(time.Hour)))},
+		{"nope", failover.WriteUnknownTag, string(writetest.Request("nope", "nope", 60008, now))},
+		{"ro", failover.WriteReadOnly, string(writetest.Request("ro", "cycles", 60009, now))},
+		{"old", failover.WriteStale, string(writetest.Request("old", "setpoint", 60010, now.Add(-time.Hour)))},
+		{"future", failover.WriteClockSkew, string(writetest.Request("future", "setpoint", 60011, now.Add(time.Hour)))},
 		{"long-id-" + strings.Repeat("x", 300), failover.WriteInvalid, ok("long-id-"+strings.Repeat("x", 300), 60012)},
 		// Beyond MaxWriteRequestBytes nothing is read, not even the id.
-		{"", failover.WriteInvalid, string(request("huge", strings.Repeat("t", 1<<20), 60013, now))},
+		{"", failover.WriteInvalid, string(writetest.Request("huge", strings.Repeat("t", 1<<20), 60013, now))},
 	}
 	const n = 5000
 	var toks []paho.Token
 	for i := 1; i <= n; i++ {
-		toks = append(toks, r.owner.c.Publish("w/req", 1, false, ok(fmt.Sprintf("q1-%d", i), i)))
+		toks = append(toks, r.owner.C.Publish("w/req", 1, false, ok(fmt.Sprintf("q1-%d", i), i)))
 		if i%(n/len(invalid)) == 0 && i/(n/len(invalid)) <= len(invalid) {
-			toks = append(toks, r.owner.c.Publish("w/req", 1, false, invalid[i/(n/len(invalid))-1].payload))
+			toks = append(toks, r.owner.C.Publish("w/req", 1, false, invalid[i/(n/len(invalid))-1].payload))
 		}
 	}
 	for _, tok := range toks {
@@ -256,21 +192,20 @@ func TestWriteBurstEveryRequestAnsweredOnce(t *testing.T) {
 			t.Fatalf("publish: %v", tok.Error())
 		}
 	}
-	r.owner.waitCount(t, n+len(invalid), time.Minute)
+	r.owner.WaitCount(t, n+len(invalid), time.Minute)
 	// QoS 0 has no flow control: the queue overflows and the rest is
 	// answered busy at once (a QoS 0 burst first would fill the queue
 	// ahead of QoS 1 requests just the same).
 	for i := 1; i <= n; i++ {
-		r.owner.c.Publish("w/req", 0, false, ok(fmt.Sprintf("q0-%d", i), 10000+i))
+		r.owner.C.Publish("w/req", 0, false, ok(fmt.Sprintf("q0-%d", i), 10000+i))
 	}
 	total := 2*n + len(invalid)
-	r.owner.waitCount(t, total, time.Minute)
+	r.owner.WaitCount(t, total, time.Minute)
 
-	r.owner.mu.Lock()
-	defer r.owner.mu.Unlock()
+	byID, _ := r.owner.All()
 	codes := map[string]int{}
 	okValues := map[uint16]string{}
-	for id, reps := range r.owner.byID {
+	for id, reps := range byID {
 		if want := map[bool]int{true: 2, false: 1}[id == ""]; len(reps) != want {
 			t.Errorf("id %.40q: %d replies, want %d: %+v", id, len(reps), want, reps)
 		}
@@ -292,20 +227,20 @@ func TestWriteBurstEveryRequestAnsweredOnce(t *testing.T) {
 			okValues[uint16(v)] = id
 		}
 	}
-	if len(r.owner.byID) != total-1 { // two without an id
-		t.Errorf("%d distinct ids answered, want %d", len(r.owner.byID), total-1)
+	if len(byID) != total-1 { // two without an id
+		t.Errorf("%d distinct ids answered, want %d", len(byID), total-1)
 	}
 	for _, b := range invalid {
 		id := b.id
 		if strings.HasPrefix(id, "long-id-") {
 			id = id[:failover.MaxWriteIDBytes]
-			for k := range r.owner.byID {
+			for k := range byID {
 				if strings.HasPrefix(k, id) && strings.Contains(k, "bytes cut]") {
 					id = k
 				}
 			}
 		}
-		for _, rep := range r.owner.byID[id] {
+		for _, rep := range byID[id] {
 			if rep.Code != b.code {
 				t.Errorf("request %.40q: reply %+v, want %s", id, rep, b.code)
 			}
@@ -314,7 +249,7 @@ func TestWriteBurstEveryRequestAnsweredOnce(t *testing.T) {
 	// Every QoS 1 request was executed (the broker's in-flight window paces
 	// them); QoS 0 requests beyond the queue were answered busy at once.
 	for i := 1; i <= n; i++ {
-		if reps := r.owner.byID[fmt.Sprintf("q1-%d", i)]; len(reps) != 1 || reps[0].Code != failover.WriteOK {
+		if reps := byID[fmt.Sprintf("q1-%d", i)]; len(reps) != 1 || reps[0].Code != failover.WriteOK {
 			t.Fatalf("q1-%d: %+v", i, reps)
 		}
 	}

@@ -14,70 +14,11 @@ import (
 	"github.com/leasebridge/leasebridge/failover"
 	"github.com/leasebridge/leasebridge/internal/plcsim"
 	"github.com/leasebridge/leasebridge/internal/testmqtt"
+	"github.com/leasebridge/leasebridge/internal/writetest"
 	"github.com/leasebridge/leasebridge/lease/etcdembed"
 	"github.com/leasebridge/leasebridge/routes"
 	"github.com/leasebridge/leasebridge/transports/mqtt"
 )
-
-// requester publishes write requests and collects every reply.
-type requester struct {
-	c       paho.Client
-	mu      sync.Mutex
-	replies map[string][]failover.WriteReply
-}
-
-func newRequester(t *testing.T, url string) *requester {
-	t.Helper()
-	r := &requester{replies: map[string][]failover.WriteReply{}}
-	r.c = paho.NewClient(paho.NewClientOptions().AddBroker(url).SetClientID("requester").SetCleanSession(true))
-	if tok := r.c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("requester connect: %v", tok.Error())
-	}
-	t.Cleanup(func() { r.c.Disconnect(100) })
-	tok := r.c.Subscribe("w/resp", 1, func(_ paho.Client, m paho.Message) {
-		var rep failover.WriteReply
-		if err := json.Unmarshal(m.Payload(), &rep); err != nil {
-			t.Errorf("reply %q: %v", m.Payload(), err)
-			return
-		}
-		r.mu.Lock()
-		r.replies[rep.ID] = append(r.replies[rep.ID], rep)
-		r.mu.Unlock()
-	})
-	if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("subscribe: %v", tok.Error())
-	}
-	return r
-}
-
-func (r *requester) send(t *testing.T, id string, value int, issued time.Time, retain bool) {
-	t.Helper()
-	b, _ := json.Marshal(failover.WriteRequest{ID: id, Tag: "setpoint", Value: value, IssuedAt: issued})
-	if tok := r.c.Publish("w/req", 1, retain, b); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("publish %s: %v", id, tok.Error())
-	}
-}
-
-func (r *requester) get(id string) []failover.WriteReply {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]failover.WriteReply(nil), r.replies[id]...)
-}
-
-// waitReply waits until id has a reply with code (any code when "").
-func (r *requester) waitReply(t *testing.T, id, code string, limit time.Duration) {
-	t.Helper()
-	for deadline := time.Now().Add(limit); ; time.Sleep(10 * time.Millisecond) {
-		for _, rep := range r.get(id) {
-			if code == "" || rep.Code == code {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %q reply to %s within %s: %+v", code, id, limit, r.get(id))
-		}
-	}
-}
 
 // The owner process is killed while requests arrive at 10/s for the whole
 // takeover. Every request gets an outcome, executed or refused, none is
@@ -99,10 +40,10 @@ func TestRunWritesAcrossOwnerDeath(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.plc.Close() })
-	req := newRequester(t, mq.URL)
+	req := writetest.New(t, mq.URL, "w/req", "w/resp")
 	var statusMu sync.Mutex
 	var statuses []mqtt.StatusMessage
-	if tok := req.c.Subscribe("leasebridge/plc/status", 1, func(_ paho.Client, m paho.Message) {
+	if tok := req.C.Subscribe("leasebridge/plc/status", 1, func(_ paho.Client, m paho.Message) {
 		var s mqtt.StatusMessage
 		if json.Unmarshal(m.Payload(), &s) == nil {
 			statusMu.Lock()
@@ -122,8 +63,8 @@ func TestRunWritesAcrossOwnerDeath(t *testing.T) {
 	budget := b.report.OwnerDeath.Total
 
 	// A retained request, executed live by the owner.
-	req.send(t, "retained", 4000, time.Now(), true)
-	req.waitReply(t, "retained", failover.WriteOK, 5*time.Second)
+	req.Send(t, "retained", "setpoint", 4000, time.Now(), true)
+	req.WaitReply(t, "retained", failover.WriteOK, 5*time.Second)
 
 	// 10 requests a second from before the kill until the new owner serves
 	// and 1s after.
@@ -135,7 +76,7 @@ func TestRunWritesAcrossOwnerDeath(t *testing.T) {
 		defer tick.Stop()
 		for i := 1; ; i++ {
 			id := fmt.Sprintf("seq-%d", i)
-			req.send(t, id, 1000+i, time.Now(), false)
+			req.Send(t, id, "setpoint", 1000+i, time.Now(), false)
 			ids = append(ids, id)
 			select {
 			case <-stop:
@@ -151,7 +92,7 @@ func TestRunWritesAcrossOwnerDeath(t *testing.T) {
 	}
 	killed := time.Now()
 	// Queued while no owner runs, issued longer than max_age ago.
-	req.send(t, "stale", 3000, time.Now().Add(-maxAge-time.Second), false)
+	req.Send(t, "stale", "setpoint", 3000, time.Now().Add(-maxAge-time.Second), false)
 	if _, _, err := waitOwner(ctx, []*bridgeProc{b.bridgeProc}, nil, budget+time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -160,10 +101,10 @@ func TestRunWritesAcrossOwnerDeath(t *testing.T) {
 	close(stop)
 	ids := <-sent
 
-	req.waitReply(t, "stale", failover.WriteStale, 5*time.Second)
-	req.waitReply(t, "retained", failover.WriteRetained, 5*time.Second)
+	req.WaitReply(t, "stale", failover.WriteStale, 5*time.Second)
+	req.WaitReply(t, "retained", failover.WriteRetained, 5*time.Second)
 	for _, id := range ids {
-		req.waitReply(t, id, "", 10*time.Second)
+		req.WaitReply(t, id, "", 10*time.Second)
 	}
 
 	written := map[uint16]int{}
@@ -183,7 +124,7 @@ func TestRunWritesAcrossOwnerDeath(t *testing.T) {
 	marker := make(chan struct{})
 	var stored []string
 	var storedMu sync.Mutex
-	if tok := req.c.Subscribe("w/#", 1, func(_ paho.Client, m paho.Message) {
+	if tok := req.C.Subscribe("w/#", 1, func(_ paho.Client, m paho.Message) {
 		if m.Topic() == "w/marker" {
 			close(marker)
 			return
@@ -196,7 +137,7 @@ func TestRunWritesAcrossOwnerDeath(t *testing.T) {
 	}); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 		t.Fatalf("subscribe w/#: %v", tok.Error())
 	}
-	if tok := req.c.Publish("w/marker", 1, false, "x"); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+	if tok := req.C.Publish("w/marker", 1, false, "x"); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 		t.Fatal(tok.Error())
 	}
 	select {
@@ -214,7 +155,7 @@ func TestRunWritesAcrossOwnerDeath(t *testing.T) {
 		v := uint16(1000 + i + 1)
 		var final []string
 		executedOK := false
-		for _, rep := range req.get(id) {
+		for _, rep := range req.Replies(id) {
 			if rep.Code != failover.WriteRedelivered {
 				final = append(final, rep.Code)
 			}
@@ -247,7 +188,7 @@ func TestRunWritesAcrossOwnerDeath(t *testing.T) {
 	}
 	var afterKill int
 	for _, id := range ids {
-		for _, rep := range req.get(id) {
+		for _, rep := range req.Replies(id) {
 			if rep.Code == failover.WriteOK && rep.Epoch > 1 {
 				afterKill++
 			}
@@ -256,7 +197,7 @@ func TestRunWritesAcrossOwnerDeath(t *testing.T) {
 	if afterKill == 0 {
 		t.Error("the new owner executed no request")
 	}
-	if rep := req.get("stale"); len(rep) != 1 || rep[0].AgeMS == nil || *rep[0].AgeMS <= maxAge.Milliseconds() {
+	if rep := req.Replies("stale"); len(rep) != 1 || rep[0].AgeMS == nil || *rep[0].AgeMS <= maxAge.Milliseconds() {
 		t.Errorf("stale reply %+v: want one naming an age above max_age %s", rep, maxAge)
 	}
 	// Status: one "active" per takeover; the dead owner's "lost" names its
