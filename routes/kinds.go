@@ -96,6 +96,17 @@ func Kinds() []string {
 	return sortedKeys(kindsReg)
 }
 
+// subscribeKinds lists the registered kinds whose groups may subscribe.
+func subscribeKinds() []string {
+	var out []string
+	for _, name := range Kinds() {
+		if LookupKind(name).Subscribe {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
 // settingsKeys are the YAML keys of the kind's own configuration struct.
 func (k *DeviceKind) settingsKeys() map[string][]int {
 	if k.Settings == nil {

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/leasebridge/leasebridge/routes"
+	// The opcua kind, whose keys an s7 device refuses by name.
+	_ "github.com/leasebridge/leasebridge/transports/opcua"
 )
 
 // cfgBase has one broker; each test adds its devices and routes.
