@@ -201,8 +201,7 @@ type Device struct {
 	Pin `yaml:",inline"`
 	// Settings is the kind's own configuration, decoded from the keys
 	// its DeviceKind declares (a *s7.Config for s7, a *opcua.Config for
-	// opcua); nil for a kind
-	// without settings or a Device built in code.
+	// opcua); nil for a kind without settings or a Device built in code.
 	Settings any `yaml:"-"`
 	// Line is where the device is defined.
 	Line int `yaml:"-"`

@@ -19,6 +19,13 @@ func (c *Config) ErrorAt(path, message string) *FieldError {
 	return c.errAt(path, "%s", message)
 }
 
+// ErrorAtf is ErrorAt with a formatted message whose string arguments, a
+// written value perhaps megabytes long, are clipped as this package's own
+// messages are, so the rule after them stays readable.
+func (c *Config) ErrorAtf(path, format string, args ...any) *FieldError {
+	return c.errAt(path, format, args...)
+}
+
 // errAt builds a FieldError at the position of path, or of its nearest
 // written parent when path itself was defaulted.
 func (c *Config) errAt(path, format string, args ...any) *FieldError {

@@ -1,6 +1,7 @@
 package opcua
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -98,7 +99,7 @@ func defaults(c *routes.Config, name string, d *routes.Device) {
 // decoded device, at the key that breaks them.
 func checkDevice(c *routes.Config, path string, d *routes.Device) routes.Errors {
 	var errs routes.Errors
-	add := func(key, format string, args ...any) { errs = append(errs, c.ErrorAt(path+key, fmt.Sprintf(format, args...))) }
+	add := func(key, format string, args ...any) { errs = append(errs, c.ErrorAtf(path+key, format, args...)) }
 	if d.Address != "" && !strings.HasPrefix(d.Address, "opc.tcp://") {
 		add(".address", "address %q: want an endpoint such as opc.tcp://host:4840", redact.URL(d.Address))
 	}
@@ -125,7 +126,7 @@ func checkTag(c *routes.Config, path string, _ *routes.Device, t *routes.Tag) ro
 		return nil // the common rules report it
 	}
 	if _, err := parseNodeID(t.Address); err != nil {
-		return routes.Errors{c.ErrorAt(path+".address", err.Error())}
+		return routes.Errors{c.ErrorAtf(path+".address", "address %q: %s", t.Address, err)}
 	}
 	return nil
 }
@@ -135,12 +136,15 @@ func checkTag(c *routes.Config, path string, _ *routes.Device, t *routes.Tag) ro
 // Modbus or S7 address pasted into an OPC UA tag.
 var nodeIDForm = regexp.MustCompile(`^(ns=[0-9]+;)?[isgb]=.+$`)
 
+// errNodeID is the rule a tag address breaks when it is not a node id.
+var errNodeID = errors.New("want a node id such as ns=2;s=Temperature or i=2258")
+
 // parseNodeID reads a tag address as a node id in its explicit form, for
 // the configuration and the transport alike.
 func parseNodeID(addr string) (*ua.NodeID, error) {
 	n, err := ua.ParseNodeID(addr)
 	if err != nil || !nodeIDForm.MatchString(addr) {
-		return nil, fmt.Errorf("address %q: want a node id such as ns=2;s=Temperature or i=2258", addr)
+		return nil, errNodeID
 	}
 	return n, nil
 }

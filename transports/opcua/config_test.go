@@ -125,6 +125,14 @@ func TestConfigValidationHasPositions(t *testing.T) {
 	)
 	wantOnly(t, cfgBase+uaDevice(", security_mode: Sign", "ns=1;s=x", "")+cfgRoute,
 		`cfg.yaml:8:50: devices.ua.security_mode: security_policy None with security_mode Sign: None goes with None`)
+	// A huge value is clipped; the rule after it stays.
+	huge := strings.Repeat("x", 1<<20)
+	got := parseErrors(t, cfgBase+uaDevice(", security_policy: "+huge, "x"+huge, "")+cfgRoute)
+	all := strings.Join(got, "\n")
+	if len(got) != 2 || len(all) > 4096 || !strings.Contains(all, "...(1048576 bytes)\": want None or Basic256Sha256") ||
+		!strings.Contains(all, "...(1048577 bytes)\": want a node id such as ns=2;s=Temperature or i=2258") {
+		t.Errorf("huge values: %.300q", got)
+	}
 }
 
 // The configuration accepts exactly the node ids the transport reads.

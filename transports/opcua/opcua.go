@@ -227,7 +227,7 @@ func parseTag(tg *routes.Tag) (*tag, error) {
 	}
 	n, err := parseNodeID(tg.Address)
 	if err != nil {
-		return nil, fmt.Errorf("%w: tag %q: %w", ErrAddress, tg.Name, err)
+		return nil, fmt.Errorf("%w: tag %q: address %q: %w", ErrAddress, tg.Name, tg.Address, err)
 	}
 	t := &tag{name: tg.Name, address: tg.Address, node: n, scale: tg.Scale, offset: tg.Offset, deadband: tg.Deadband}
 	if tg.Type != "" {
