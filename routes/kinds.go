@@ -96,6 +96,19 @@ func Kinds() []string {
 	return sortedKeys(kindsReg)
 }
 
+// SettingsOf returns the device's Settings as the kind's *T: a new zero T
+// when a Device built in code carries none, an error when they are
+// another kind's.
+func SettingsOf[T any](d *Device) (*T, error) {
+	switch s := d.Settings.(type) {
+	case nil:
+		return new(T), nil
+	case *T:
+		return s, nil
+	}
+	return nil, fmt.Errorf("settings are %T, want %T", d.Settings, (*T)(nil))
+}
+
 // subscribeKinds lists the registered kinds whose groups may subscribe.
 func subscribeKinds() []string {
 	var out []string

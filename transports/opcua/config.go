@@ -63,15 +63,7 @@ func init() {
 
 // settings is the device's Config; a Device built in code may carry none,
 // which means security None and an anonymous user.
-func settings(dev *routes.Device) (*Config, error) {
-	switch s := dev.Settings.(type) {
-	case nil:
-		return &Config{}, nil
-	case *Config:
-		return s, nil
-	}
-	return nil, fmt.Errorf("settings are %T, want *opcua.Config", dev.Settings)
-}
+func settings(dev *routes.Device) (*Config, error) { return routes.SettingsOf[Config](dev) }
 
 // defaults fills security None/None, or SignAndEncrypt with a policy, and
 // the client certificate's files under data_dir, named after the device.

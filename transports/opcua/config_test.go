@@ -7,19 +7,14 @@ import (
 	"testing"
 
 	"github.com/leasebridge/leasebridge/routes"
+	"github.com/leasebridge/leasebridge/transports/transporttest"
 	// The Modbus kinds, whose keys an opcua device refuses by name.
 	_ "github.com/leasebridge/leasebridge/transports/modbus"
 )
 
-// cfgBase has one broker; each test adds its devices and routes.
-const cfgBase = `deployment_mode: clustered
-data_dir: /srv/lb
-lease_store: {endpoints: [http://127.0.0.1:2379]}
-manager: {failover_slo: 10m, broker_health_step_down: 60s}
-brokers:
-  local: {url: tcp://127.0.0.1:1883}
-devices:
-`
+// cfgBase has one broker and a data_dir (line 7); each test adds its
+// devices and routes.
+const cfgBase = "data_dir: /srv/lb\n" + transporttest.ConfigHead
 
 const cfgRoute = `routes:
   - {name: r, session: s, kind: poll, device: ua, broker: local}
@@ -29,34 +24,6 @@ const cfgRoute = `routes:
 func uaDevice(extra, addr, tagExtra string) string {
 	return `  ua: {kind: opcua, address: "opc.tcp://h:4840"` + extra +
 		`, groups: [{name: g, tags: [{name: x, address: "` + addr + `", type: bool` + tagExtra + "}]}]}\n"
-}
-
-// parseErrors parses y and returns its problems, one per line, or nil.
-func parseErrors(t *testing.T, y string) []string {
-	t.Helper()
-	_, err := routes.Parse("cfg.yaml", []byte(y))
-	if err == nil {
-		return nil
-	}
-	var errs routes.Errors
-	if !errors.As(err, &errs) {
-		t.Fatalf("error %v is not routes.Errors", err)
-	}
-	return strings.Split(errs.Error(), "\n")
-}
-
-// wantOnly asserts y has exactly the problems want, each a prefix.
-func wantOnly(t *testing.T, y string, want ...string) {
-	t.Helper()
-	got := parseErrors(t, y)
-	if len(got) != len(want) {
-		t.Fatalf("errors %q, want %d: %q", got, len(want), want)
-	}
-	for i, w := range want {
-		if !strings.HasPrefix(got[i], w) {
-			t.Errorf("error %q, want it to start %q", got[i], w)
-		}
-	}
 }
 
 func parseDevice(t *testing.T, y string) *routes.Device {
@@ -102,7 +69,7 @@ func TestConfigDecodesAndDefaults(t *testing.T) {
 // Every rule of the kind reports the key that breaks it, with its
 // position, and a password in the address never reaches the message.
 func TestConfigValidationHasPositions(t *testing.T) {
-	wantOnly(t, cfgBase+`  ua:
+	transporttest.WantConfigErrors(t, cfgBase+`  ua:
     kind: opcua
     address: "tcp://op:s3cret@h:4840"
     security_policy: Basic128Rsa15
@@ -123,11 +90,11 @@ func TestConfigValidationHasPositions(t *testing.T) {
 		`cfg.yaml:18:23: devices.ua.groups[0].tags[0].address: address "DB1.DBW0": want a node id such as ns=2;s=Temperature or i=2258`,
 		`cfg.yaml:19:23: devices.ua.groups[0].tags[1].address: address "i=abc": want a node id such as ns=2;s=Temperature or i=2258`,
 	)
-	wantOnly(t, cfgBase+uaDevice(", security_mode: Sign", "ns=1;s=x", "")+cfgRoute,
+	transporttest.WantConfigErrors(t, cfgBase+uaDevice(", security_mode: Sign", "ns=1;s=x", "")+cfgRoute,
 		`cfg.yaml:8:50: devices.ua.security_mode: security_policy None with security_mode Sign: None goes with None`)
 	// A huge value is clipped; the rule after it stays.
 	huge := strings.Repeat("x", 1<<20)
-	got := parseErrors(t, cfgBase+uaDevice(", security_policy: "+huge, "x"+huge, "")+cfgRoute)
+	got := transporttest.ConfigErrors(t, cfgBase+uaDevice(", security_policy: "+huge, "x"+huge, "")+cfgRoute)
 	all := strings.Join(got, "\n")
 	if len(got) != 2 || len(all) > 4096 || !strings.Contains(all, "...(1048576 bytes)\": want None or Basic256Sha256") ||
 		!strings.Contains(all, "...(1048577 bytes)\": want a node id such as ns=2;s=Temperature or i=2258") {
@@ -142,7 +109,7 @@ func TestNodeIDForms(t *testing.T) {
 		"ns=2;g=72962B91-FA75-4AE6-8D28-B404DC7DAF63": true, "ns=2;b=aGVsbG8=": true,
 		"DB1.DBW0": false, "Temperature": false, "i=abc": false, "ns=x;s=t": false, " ns=1;s=x": false, "x=1": false,
 	} {
-		errs := parseErrors(t, cfgBase+uaDevice("", addr, "")+cfgRoute)
+		errs := transporttest.ConfigErrors(t, cfgBase+uaDevice("", addr, "")+cfgRoute)
 		tg := &routes.Tag{Name: "x", Address: addr}
 		_, err := parseTag(tg)
 		if (errs == nil) != ok || (err == nil) != ok {
@@ -157,23 +124,23 @@ func TestNodeIDForms(t *testing.T) {
 // Keys of other kinds are refused on an opcua device naming the kinds
 // they belong to, and the kind's own keys on another kind.
 func TestOtherKindsKeysAreRefused(t *testing.T) {
-	wantOnly(t, cfgBase+uaDevice(", unit_id: 3", "ns=1;s=x", "")+cfgRoute,
+	transporttest.WantConfigErrors(t, cfgBase+uaDevice(", unit_id: 3", "ns=1;s=x", "")+cfgRoute,
 		`cfg.yaml:8:50: devices.ua.unit_id: unit_id is a modbus_rtu/modbus_tcp key, not opcua`)
-	wantOnly(t, cfgBase+uaDevice(", serial: {parity: N}", "ns=1;s=x", "")+cfgRoute,
+	transporttest.WantConfigErrors(t, cfgBase+uaDevice(", serial: {parity: N}", "ns=1;s=x", "")+cfgRoute,
 		`cfg.yaml:8:50: devices.ua.serial: serial is a modbus_rtu key, not opcua`)
-	wantOnly(t, cfgBase+uaDevice("", "ns=1;s=x", ", bit: 3")+cfgRoute,
+	transporttest.WantConfigErrors(t, cfgBase+uaDevice("", "ns=1;s=x", ", bit: 3")+cfgRoute,
 		`cfg.yaml:8:119: devices.ua.groups[0].tags[0].bit: bit is a modbus_rtu/modbus_tcp tag key, not opcua`)
-	wantOnly(t, cfgBase+uaDevice(", securty_mode: None", "ns=1;s=x", "")+cfgRoute,
+	transporttest.WantConfigErrors(t, cfgBase+uaDevice(", securty_mode: None", "ns=1;s=x", "")+cfgRoute,
 		`cfg.yaml:8:50: devices.ua.securty_mode: unknown key "securty_mode" (did you mean "security_mode"?)`)
 	for _, key := range []string{"security_policy: None", "cert_file: /c.pem", "username: op", "password_env: PW"} {
 		name, _, _ := strings.Cut(key, ":")
-		wantOnly(t, cfgBase+"  ua: {kind: modbus_tcp, address: 10.0.0.1, "+key+"}\n"+cfgRoute,
+		transporttest.WantConfigErrors(t, cfgBase+"  ua: {kind: modbus_tcp, address: 10.0.0.1, "+key+"}\n"+cfgRoute,
 			`cfg.yaml:8:45: devices.ua.`+name+`: `+name+` is an opcua key, not modbus_tcp`)
 	}
 	// Only an opcua device subscribes.
-	wantOnly(t, cfgBase+"  ua: {kind: modbus_tcp, address: 10.0.0.1, groups: [{name: g, mode: subscribe}]}\n"+cfgRoute,
+	transporttest.WantConfigErrors(t, cfgBase+"  ua: {kind: modbus_tcp, address: 10.0.0.1, groups: [{name: g, mode: subscribe}]}\n"+cfgRoute,
 		`cfg.yaml:8:64: devices.ua.groups[0].mode: mode subscribe is for opcua devices; modbus_tcp devices are polled`)
-	if errs := parseErrors(t, cfgBase+"  ua: {kind: opcua, address: \"opc.tcp://h\", groups: [{name: g, mode: subscribe, tags: [{name: x, address: i=1, type: bool}]}]}\n"+cfgRoute); errs != nil {
+	if errs := transporttest.ConfigErrors(t, cfgBase+"  ua: {kind: opcua, address: \"opc.tcp://h\", groups: [{name: g, mode: subscribe, tags: [{name: x, address: i=1, type: bool}]}]}\n"+cfgRoute); errs != nil {
 		t.Errorf("an opcua subscribe group: %q", errs)
 	}
 }
