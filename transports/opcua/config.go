@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 
 	"github.com/gopcua/opcua/ua"
@@ -73,18 +72,59 @@ func defaults(c *routes.Config, name string, d *routes.Device) {
 		return // Check reports it
 	}
 	d.Settings = s
-	set := func(v *string, def string) {
-		if *v == "" {
-			*v = def
+	s.SecurityPolicy, s.SecurityMode = s.securityNames()
+	if s.CertFile == "" {
+		s.CertFile = filepath.Join(c.DataDir, "opcua", name+"-cert.pem")
+	}
+	if s.KeyFile == "" {
+		s.KeyFile = filepath.Join(c.DataDir, "opcua", name+"-key.pem")
+	}
+}
+
+// securityNames are the policy and mode as written, an empty one taking
+// its default: None, and SignAndEncrypt with a policy.
+func (s *Config) securityNames() (policy, mode string) {
+	policy, mode = s.SecurityPolicy, s.SecurityMode
+	if policy == "" {
+		policy = PolicyNone
+	}
+	if mode == "" {
+		mode = "SignAndEncrypt"
+		if policy == PolicyNone {
+			mode = "None"
 		}
 	}
-	set(&s.SecurityPolicy, PolicyNone)
-	if s.SecurityPolicy == PolicyNone {
-		set(&s.SecurityMode, "None")
+	return policy, mode
+}
+
+// modes are the security modes by their name in the configuration.
+var modes = map[string]ua.MessageSecurityMode{
+	"None": ua.MessageSecurityModeNone, "Sign": ua.MessageSecurityModeSign, "SignAndEncrypt": ua.MessageSecurityModeSignAndEncrypt,
+}
+
+// problem is a broken rule, the key it is reported at and its message.
+type problem struct {
+	key    string
+	format string
+	args   []any
+}
+
+// security is the policy and mode of s and the rules they break: the
+// configuration reports each at its key, the transport refuses the first.
+func (s *Config) security() (string, ua.MessageSecurityMode, []problem) {
+	policy, name := s.securityNames()
+	var out []problem
+	if policy != PolicyNone && policy != PolicyBasic256Sha256 {
+		out = append(out, problem{"security_policy", "security_policy %q: want None or Basic256Sha256", []any{policy}})
 	}
-	set(&s.SecurityMode, "SignAndEncrypt")
-	set(&s.CertFile, filepath.Join(c.DataDir, "opcua", name+"-cert.pem"))
-	set(&s.KeyFile, filepath.Join(c.DataDir, "opcua", name+"-key.pem"))
+	mode, ok := modes[name]
+	if !ok {
+		out = append(out, problem{"security_mode", "security_mode %q: want None, Sign or SignAndEncrypt", []any{name}})
+	}
+	if (policy == PolicyNone) != (name == "None") {
+		out = append(out, problem{"security_mode", "security_policy %s with security_mode %s: None goes with None", []any{policy, name}})
+	}
+	return policy, mode, out
 }
 
 // checkDevice reports the address, security and credential rules of a
@@ -100,14 +140,9 @@ func checkDevice(c *routes.Config, path string, d *routes.Device) routes.Errors 
 		add("", "%s", err)
 		return errs
 	}
-	if !slices.Contains([]string{PolicyNone, PolicyBasic256Sha256}, s.SecurityPolicy) {
-		add(".security_policy", "security_policy %q: want None or Basic256Sha256", s.SecurityPolicy)
-	}
-	if !slices.Contains([]string{"None", "Sign", "SignAndEncrypt"}, s.SecurityMode) {
-		add(".security_mode", "security_mode %q: want None, Sign or SignAndEncrypt", s.SecurityMode)
-	}
-	if (s.SecurityPolicy == PolicyNone) != (s.SecurityMode == "None") {
-		add(".security_mode", "security_policy %s with security_mode %s: None goes with None", s.SecurityPolicy, s.SecurityMode)
+	_, _, problems := s.security()
+	for _, p := range problems {
+		add("."+p.key, p.format, p.args...)
 	}
 	return append(errs, c.CheckCredentials(path, s.Credentials, nil)...)
 }

@@ -165,30 +165,9 @@ func New(name string, dev *routes.Device) (*Transport, error) {
 		Hangup: t.closeSession,
 		Alive:  func(s *session) bool { return s.c.State() == opcua.Connected },
 	})
-	switch strings.ToLower(strings.TrimPrefix(cfg.SecurityPolicy, "http://opcfoundation.org/UA/SecurityPolicy#")) {
-	case "", "none":
-		t.policy = PolicyNone
-	case "basic256sha256":
-		t.policy = PolicyBasic256Sha256
-	default:
-		return nil, fmt.Errorf("%w: device %q: security_policy %q: want None or Basic256Sha256", ErrConfig, name, cfg.SecurityPolicy)
-	}
-	switch strings.ToLower(cfg.SecurityMode) {
-	case "", "none":
-		t.mode = ua.MessageSecurityModeNone
-		if t.policy != PolicyNone {
-			// A policy without a mode means the policy's strongest mode.
-			t.mode = ua.MessageSecurityModeSignAndEncrypt
-		}
-	case "sign":
-		t.mode = ua.MessageSecurityModeSign
-	case "signandencrypt":
-		t.mode = ua.MessageSecurityModeSignAndEncrypt
-	default:
-		return nil, fmt.Errorf("%w: device %q: security_mode %q: want None, Sign or SignAndEncrypt", ErrConfig, name, cfg.SecurityMode)
-	}
-	if t.policy == PolicyNone && t.mode != ua.MessageSecurityModeNone {
-		return nil, fmt.Errorf("%w: device %q: security_mode %q needs security_policy Basic256Sha256", ErrConfig, name, cfg.SecurityMode)
+	var problems []problem
+	if t.policy, t.mode, problems = cfg.security(); len(problems) > 0 {
+		return nil, fmt.Errorf("%w: device %q: %s", ErrConfig, name, fmt.Sprintf(problems[0].format, problems[0].args...))
 	}
 	if t.policy != PolicyNone && (t.certFile == "" || t.keyFile == "") {
 		return nil, fmt.Errorf("%w: device %q: security_policy %s needs cert_file and key_file (created on first use if both are absent)", ErrConfig, name, t.policy)

@@ -419,7 +419,8 @@ func TestConfigErrors(t *testing.T) {
 		{routes.Device{Address: "tcp://h:4840"}, ErrConfig, "opc.tcp://"},
 		{routes.Device{Address: "opc.tcp://h:4840", Settings: &Config{SecurityPolicy: "Basic128Rsa15"}}, ErrConfig, "Basic256Sha256"},
 		{routes.Device{Address: "opc.tcp://h:4840", Settings: &Config{SecurityPolicy: "Basic256Sha256"}}, ErrConfig, "cert_file"},
-		{routes.Device{Address: "opc.tcp://h:4840", Settings: &Config{SecurityMode: "Sign"}}, ErrConfig, "needs security_policy"},
+		{routes.Device{Address: "opc.tcp://h:4840", Settings: &Config{SecurityMode: "Sign"}}, ErrConfig, "security_policy None with security_mode Sign: None goes with None"},
+		{routes.Device{Address: "opc.tcp://h:4840", Settings: &Config{SecurityPolicy: "Basic256Sha256", SecurityMode: "Encrypt", CertFile: "c", KeyFile: "k"}}, ErrConfig, `security_mode "Encrypt"`},
 		{routes.Device{Address: "opc.tcp://h:4840", Settings: &Config{Credentials: routes.Credentials{Username: "u"}}}, ErrConfig, "password_file"},
 		{routes.Device{Address: "opc.tcp://h:4840", Settings: &struct{}{}}, ErrConfig, "want *opcua.Config"},
 	} {
