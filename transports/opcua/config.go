@@ -127,13 +127,20 @@ func (s *Config) security() (string, ua.MessageSecurityMode, []problem) {
 	return policy, mode, out
 }
 
+// scheme starts every device address; addressRule is the message of one
+// that lacks it, the password of the address redacted.
+const (
+	scheme      = "opc.tcp://"
+	addressRule = "address %q: want an endpoint such as opc.tcp://host:4840"
+)
+
 // checkDevice reports the address, security and credential rules of a
 // decoded device, at the key that breaks them.
 func checkDevice(c *routes.Config, path string, d *routes.Device) routes.Errors {
 	var errs routes.Errors
 	add := func(key, format string, args ...any) { errs = append(errs, c.ErrorAtf(path+key, format, args...)) }
-	if d.Address != "" && !strings.HasPrefix(d.Address, "opc.tcp://") {
-		add(".address", "address %q: want an endpoint such as opc.tcp://host:4840", redact.URL(d.Address))
+	if d.Address != "" && !strings.HasPrefix(d.Address, scheme) {
+		add(".address", addressRule, redact.URL(d.Address))
 	}
 	s, err := settings(d)
 	if err != nil {

@@ -149,8 +149,8 @@ func New(name string, dev *routes.Device) (*Transport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: device %q: %w", ErrConfig, name, err)
 	}
-	if !strings.HasPrefix(dev.Address, "opc.tcp://") {
-		return nil, fmt.Errorf("%w: device %q: address %q: want an opc.tcp://host:port[/path] endpoint", ErrConfig, name, redact.URL(dev.Address))
+	if !strings.HasPrefix(dev.Address, scheme) {
+		return nil, fmt.Errorf("%w: device %q: "+addressRule, ErrConfig, name, redact.URL(dev.Address))
 	}
 	t := &Transport{
 		name: name, endpoint: dev.Address, certFile: cfg.CertFile, keyFile: cfg.KeyFile, creds: cfg.Credentials,
