@@ -191,9 +191,6 @@ func DefaultValues() map[string]string {
 	c := &Config{Brokers: map[string]*Broker{"*": {}}, Devices: map[string]*Device{}}
 	for _, k := range kinds {
 		c.Devices[k] = &Device{Kind: k, Groups: []*PollGroup{{}}}
-		if spec := LookupKind(k); spec.Settings != nil {
-			c.Devices[k].Settings = spec.Settings()
-		}
 	}
 	for _, k := range []string{RoutePoll, RouteWrite, RouteBridge} {
 		c.Routes = append(c.Routes, &Route{Kind: k, Topics: []*TopicMap{{}}})
@@ -220,15 +217,8 @@ func DefaultValues() map[string]string {
 		raw[path][value] = true
 	}
 	collect(reflect.ValueOf(c).Elem(), "", emit)
-	for _, k := range kinds {
-		if st := c.Devices[k].Settings; st != nil {
-			collect(reflect.ValueOf(st), "devices."+k, emit)
-		}
-	}
+	collectSettings(kinds, emit)
 	out := map[string]string{
-		// These follow each device's name and data_dir.
-		"devices.*.cert_file": "<data_dir>/opcua/<device>-cert.pem (opcua)",
-		"devices.*.key_file":  "<data_dir>/opcua/<device>-key.pem (opcua)",
 		// Only a write route has a qos default other than 0.
 		"routes[*].qos": fmt.Sprintf("%d (write), 0 (poll, bridge)", DefaultWriteQoS),
 	}
@@ -249,6 +239,24 @@ func DefaultValues() map[string]string {
 		out[path] = d
 	}
 	return out
+}
+
+// collectSettings emits the defaults of each kind's own settings. A kind's
+// default may follow the device's name or data_dir (opcua's cert_file):
+// the kind's Defaults run under the placeholders <device> and <data_dir>.
+func collectSettings(kinds []string, emit func(path, value string)) {
+	placeholder := &Config{DataDir: "<data_dir>"}
+	for _, k := range kinds {
+		spec := LookupKind(k)
+		if spec.Settings == nil {
+			continue
+		}
+		d := &Device{Kind: k, Groups: []*PollGroup{{}}, Settings: spec.Settings()}
+		if spec.Defaults != nil {
+			spec.Defaults(placeholder, "<device>", d)
+		}
+		collect(reflect.ValueOf(d.Settings), "devices."+k, emit)
+	}
 }
 
 // collect calls emit for every non-zero scalar below v with its key path.

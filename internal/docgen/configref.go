@@ -213,12 +213,7 @@ func kindSections(defaults map[string]string) (string, error) {
 		keys := slices.Clone(k.Keys)
 		if k.Settings != nil {
 			own = append(own, name)
-			st := reflect.TypeOf(k.Settings()).Elem()
-			for i := 0; i < st.NumField(); i++ {
-				if key, _, _ := strings.Cut(st.Field(i).Tag.Get("yaml"), ","); key != "-" && key != "" {
-					keys = append(keys, key)
-				}
-			}
+			keys = append(keys, yamlKeys(reflect.TypeOf(k.Settings()).Elem())...)
 		}
 		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", name, codeList(keys), codeList(k.TagKeys), k.Doc)
 	}
@@ -230,6 +225,16 @@ func kindSections(defaults map[string]string) (string, error) {
 		if err != nil {
 			return "", err
 		}
+		// A kind's settings may inline a routes type (Credentials).
+		shared, _, err := fieldDocs()
+		if err != nil {
+			return "", err
+		}
+		for k, v := range shared {
+			if _, ok := fields[k]; !ok {
+				fields[k] = v
+			}
+		}
 		fmt.Fprintf(&b, "## `devices.*` of kind `%s`\n\n", name)
 		if d := types[st.Name()]; d != "" {
 			fmt.Fprintf(&b, "%s (%s)\n\n", d, strings.TrimPrefix(st.PkgPath(), module))
@@ -237,6 +242,22 @@ func kindSections(defaults map[string]string) (string, error) {
 		table(&b, section{path: "devices.*", t: st}, fields, defaults)
 	}
 	return b.String(), nil
+}
+
+// yamlKeys are the keys of the struct t in order, those of its inline
+// structs in their place.
+func yamlKeys(t reflect.Type) []string {
+	var keys []string
+	for i := 0; i < t.NumField(); i++ {
+		key, opts, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+		switch {
+		case opts == "inline":
+			keys = append(keys, yamlKeys(t.Field(i).Type)...)
+		case key != "-" && key != "":
+			keys = append(keys, key)
+		}
+	}
+	return keys
 }
 
 // codeList renders keys as `a`, `b`; - when there are none.
