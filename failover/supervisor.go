@@ -98,8 +98,10 @@ func New(o Options) (*Supervisor, error) {
 		rows, _ = lease.NewRowSource(lease.RowSourceOptions{Store: pr}) // pr is not nil
 	}
 	byName := routesBySession(o.Config)
+	// Only the step-down thresholds are read from the sessions; they do not
+	// depend on the transports' bounds, which o.Reports already summed.
 	inputs := map[string]routes.Session{}
-	for _, s := range o.Config.Sessions() {
+	for _, s := range o.Config.Sessions(nil) {
 		inputs[s.Name] = s
 	}
 	for _, rep := range o.Reports {

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"maps"
 	"slices"
 	"sort"
 	"sync"
 	"time"
 
+	"github.com/leasebridge/leasebridge/admission"
 	"github.com/leasebridge/leasebridge/routes"
 	"github.com/leasebridge/leasebridge/transports"
 	"github.com/leasebridge/leasebridge/transports/mqtt"
@@ -19,10 +19,6 @@ import (
 // ErrActivation reports a transport that did not open within its
 // disclosed activation bound.
 var ErrActivation = errors.New("failover: activation failed")
-
-// ErrBounds reports a transport whose activation or close bound is not the
-// one admission summed for it.
-var ErrBounds = errors.New("failover: transport bounds differ from admission's")
 
 // opened is one transport of a term, in the order it was opened.
 type opened struct {
@@ -62,7 +58,7 @@ type term struct {
 // build creates the term's transports and registers every subscription;
 // nothing is connected yet.
 func (s *session) build(epoch uint64, owner string) (*term, error) {
-	return s.buildWith(epoch, owner, newDevice)
+	return s.buildWith(epoch, owner, builders{device: newDevice})
 }
 
 // newDevice builds the transport of the device entry name.
@@ -70,9 +66,18 @@ func newDevice(name string, dev *routes.Device) (transports.Transport, error) {
 	return transports.New(dev.Kind, dev.Kind+":"+name, dev)
 }
 
-// buildWith is build with the devices made by device: Preflight hands in
-// the ones it already built, so each is built once.
-func (s *session) buildWith(epoch uint64, owner string, device func(string, *routes.Device) (transports.Transport, error)) (*term, error) {
+// builders say how a term's transports are built: a term builds its own
+// devices; Preflight hands in the ones it already built, so each is built
+// once, and may build brokers without the deployment's files.
+type builders struct {
+	device func(string, *routes.Device) (transports.Transport, error)
+	// allowMissing builds a broker whose TLS or password input is missing
+	// (mqtt.Config.AllowMissingInputs): admit, away from the deployment.
+	allowMissing bool
+}
+
+// buildWith is build with the transports made as b says.
+func (s *session) buildWith(epoch uint64, owner string, b builders) (*term, error) {
 	t := &term{s: s, epoch: epoch, owner: owner, devices: map[string]transports.Transport{},
 		brokers: map[string]*mqtt.Client{}, pending: map[string]bool{}, fullCh: make(chan struct{})}
 	cfg := s.sup.o.Config
@@ -81,7 +86,7 @@ func (s *session) buildWith(epoch uint64, owner string, device func(string, *rou
 			return c, nil
 		}
 		c, err := mqtt.New("mqtt:"+name, mqtt.Config{Broker: *cfg.Brokers[name], Session: s.name, Node: s.sup.o.Node,
-			CleanSession: s.cleanSession(name)})
+			CleanSession: s.cleanSession(name), AllowMissingInputs: b.allowMissing})
 		if err != nil {
 			return nil, err
 		}
@@ -89,8 +94,8 @@ func (s *session) buildWith(epoch uint64, owner string, device func(string, *rou
 		t.brokers[name] = c
 		return c, nil
 	}
-	// Open order follows routes.Config.Transports: devices, remote brokers,
-	// local brokers; admission summed exactly these bounds.
+	// Open order follows the session's transports as routes.Config.Sessions
+	// lists them: devices, remote brokers, local brokers.
 	var devs, remotes, locals []string
 	seen := map[string]bool{}
 	add := func(list *[]string, key string) {
@@ -109,7 +114,7 @@ func (s *session) buildWith(epoch uint64, owner string, device func(string, *rou
 		add(&locals, r.Broker)
 	}
 	for _, name := range devs {
-		tr, err := device(name, cfg.Devices[name])
+		tr, err := b.device(name, cfg.Devices[name])
 		if err != nil {
 			return nil, &entryError{path: "devices." + name, what: fmt.Sprintf("session %s: device %s", s.name, name), err: err}
 		}
@@ -173,29 +178,29 @@ func (s *session) routeError(r *routes.Route, err error) error {
 // or a password_env variable may be missing: admit runs in CI, away from
 // the deployment's files and environment, and run checks them.
 //
-// Every transport built must also disclose the activation and close bounds
-// admission summed for it (routes' Device and Broker bounds): a transport
-// whose own bounds differ is refused, so the budget admission prints is
-// the one the transports keep.
-func Preflight(cfg *routes.Config, needFiles bool) routes.Errors {
+// Each device is built once. The result's Admit sums the activation and
+// close bounds those transports report of themselves, so the budget
+// admission prints is the one the transports keep; it is not nil, also
+// when there are errors.
+func Preflight(cfg *routes.Config, needFiles bool) (*Built, routes.Errors) {
 	sv := &Supervisor{o: Options{Config: cfg}}
 	byName := routesBySession(cfg)
 	p := &preflight{cfg: cfg, needFiles: needFiles, seen: map[string]bool{}}
+	built := &Built{cfg: cfg, bounds: routes.Bounds{}}
 	// Every device on its own first, so that each bad one is reported and
 	// not only a session's first; the sessions reuse what was built.
-	built := map[string]builtDevice{}
+	devices := map[string]builtDevice{}
 	for _, name := range slices.Sorted(maps.Keys(cfg.Devices)) {
-		dev := cfg.Devices[name]
-		tr, err := newDevice(name, dev)
-		built[name] = builtDevice{tr, err}
+		tr, err := newDevice(name, cfg.Devices[name])
+		devices[name] = builtDevice{tr, err}
 		p.fail("devices."+name, err)
 		if err == nil {
-			p.bounds("devices."+name, tr, dev.ActivationBound(), dev.CloseBound())
+			built.bounds["devices."+name] = boundsOf(tr)
 		}
 	}
-	reuse := func(name string, _ *routes.Device) (transports.Transport, error) {
-		return built[name].t, built[name].err
-	}
+	reuse := builders{allowMissing: !needFiles, device: func(name string, _ *routes.Device) (transports.Transport, error) {
+		return devices[name].t, devices[name].err
+	}}
 	for _, name := range slices.Sorted(maps.Keys(byName)) {
 		s := &session{sup: sv, name: name, routes: byName[name]}
 		t, err := s.buildWith(0, "", reuse)
@@ -203,13 +208,41 @@ func Preflight(cfg *routes.Config, needFiles bool) routes.Errors {
 			p.sessionError(err)
 			continue
 		}
+		// A broker's client is the session's own (its client id), its
+		// bounds those of the broker entry, whichever session built it.
 		for bn, c := range t.brokers {
-			b := cfg.Brokers[bn]
-			p.bounds("brokers."+bn, c, b.ActivationBound(), b.CloseBound())
+			built.bounds["brokers."+bn] = boundsOf(c)
 		}
 	}
 	sort.SliceStable(p.errs, func(i, j int) bool { return p.errs[i].Line < p.errs[j].Line })
-	return p.errs
+	return built, p.errs
+}
+
+// boundsOf is what a built transport reports of its bounds, under its
+// own name.
+func boundsOf(tr transports.Transport) admission.Activation {
+	return admission.Activation{Name: tr.Name(), Bound: tr.ActivationBound(), Close: tr.CloseBound()}
+}
+
+// Built is a configuration whose transports Preflight built, none opened.
+type Built struct {
+	cfg    *routes.Config
+	bounds routes.Bounds
+}
+
+// Sessions reduces the configuration's routes to sessions
+// (routes.Config.Sessions) whose transports carry the bounds the built
+// transports report.
+func (b *Built) Sessions() []routes.Session { return b.cfg.Sessions(b.bounds) }
+
+// Admit evaluates every session with those bounds. It opens nothing.
+func (b *Built) Admit() []admission.Report { return routes.AdmitSessions(b.Sessions()) }
+
+// Admit is Preflight then Built.Admit, for a caller that needs only the
+// reports and the configuration's problems.
+func Admit(cfg *routes.Config, needFiles bool) ([]admission.Report, routes.Errors) {
+	b, errs := Preflight(cfg, needFiles)
+	return b.Admit(), errs
 }
 
 // builtDevice is a device's transport as Preflight built it, or the error.
@@ -229,7 +262,7 @@ type preflight struct {
 // fail records err at the entry path, unless it is a missing file admit
 // may ignore or the entry already failed.
 func (p *preflight) fail(path string, err error) {
-	if err == nil || (!p.needFiles && missingFile(err)) || p.seen[path] {
+	if err == nil || (!p.needFiles && routes.DeploymentInput(err)) || p.seen[path] {
 		return
 	}
 	p.seen[path] = true
@@ -240,28 +273,13 @@ func (p *preflight) fail(path string, err error) {
 func (p *preflight) sessionError(err error) {
 	var ee *entryError
 	if !errors.As(err, &ee) {
-		if p.needFiles || !missingFile(err) {
+		if p.needFiles || !routes.DeploymentInput(err) {
 			p.errs = append(p.errs, &routes.FieldError{File: p.cfg.File, Message: err.Error()})
 		}
 		return
 	}
 	// A broker or route several sessions share fails once.
 	p.fail(ee.path, ee.err)
-}
-
-// bounds refuses a transport whose bounds are not those admission summed.
-func (p *preflight) bounds(path string, tr transports.Transport, activation, closing time.Duration) {
-	if got, gotClose := tr.ActivationBound(), tr.CloseBound(); got != activation || gotClose != closing {
-		p.fail(path, fmt.Errorf("%w: transport %s discloses activation bound %s and close bound %s, admission summed %s and %s",
-			ErrBounds, tr.Name(), got, gotClose, activation, closing))
-	}
-}
-
-// missingFile reports an error from reading a file, or a password_env
-// variable that is not set: inputs the deployment provides.
-func missingFile(err error) bool {
-	var pe *fs.PathError
-	return errors.As(err, &pe) || errors.Is(err, routes.ErrPasswordEnvUnset)
 }
 
 // cleanSession decides whether the session's MQTT session on a broker is

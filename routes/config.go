@@ -6,6 +6,7 @@ package routes
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strings"
 	"time"
@@ -381,6 +382,14 @@ type BrokerHealth admission.BrokerHealth
 // set. Like a password_file that is missing, it is the deployment's to
 // provide: admit, a dry run away from it, accepts both; run refuses them.
 var ErrPasswordEnvUnset = errors.New("routes: password_env names a variable that is not set")
+
+// DeploymentInput reports whether err comes from an input the deployment
+// provides and a dry run away from it may lack: a file that cannot be
+// read (a CA, certificate, key or password file) or an unset password_env.
+func DeploymentInput(err error) bool {
+	var pe *fs.PathError
+	return errors.As(err, &pe) || errors.Is(err, ErrPasswordEnvUnset)
+}
 
 // Password reads the password from password_file (trailing newline
 // dropped) or password_env; empty when neither is set. It is read when a

@@ -49,12 +49,12 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		return fl.usageError("%v", err)
 	}
 	slog.SetDefault(log)
-	cfg, errs := load(*file, true)
+	cfg, built, errs := load(*file, true)
 	if len(errs) > 0 {
 		writeInvalid(stderr, "run", *file, errs)
 		return failover.ExitInvalid
 	}
-	reports := cfg.Admit()
+	reports := built.Admit()
 	refused := false
 	for _, r := range reports {
 		for _, why := range r.Refusals {

@@ -215,7 +215,11 @@ func startupLog() (string, error) {
 		}
 		return a
 	}}))
-	failover.LogBudgets(log, cfg.Admit())
+	reports, errs := failover.Admit(cfg, false)
+	if len(errs) > 0 {
+		return "", errs
+	}
+	failover.LogBudgets(log, reports)
 	return b.String(), nil
 }
 
@@ -227,7 +231,11 @@ func admitExample() (string, error) {
 		return "", err
 	}
 	cfg.File = strings.TrimPrefix(exampleConfig, "../../")
-	sessions := cfg.Sessions()
+	built, errs := failover.Preflight(cfg, false)
+	if len(errs) > 0 {
+		return "", errs
+	}
+	sessions := built.Sessions()
 	doc := report.FromReports(cfg, sessions, routes.AdmitSessions(sessions))
 	// The binary's own version varies by build; the page shows a release's.
 	doc.LeasebridgeVersion = exampleVersion
