@@ -28,8 +28,9 @@ type opened struct {
 }
 
 // term is one ownership of a session: the transports it opened and the
-// route workers running on them. A term's transports are built fresh, used
-// once and closed; nothing survives into the next term.
+// route workers running on them. A term's transports are built fresh (the
+// first term's devices by Preflight, unopened), used once and closed;
+// nothing survives into the next term.
 type term struct {
 	s       *session
 	epoch   uint64
@@ -58,7 +59,12 @@ type term struct {
 // build creates the term's transports and registers every subscription;
 // nothing is connected yet.
 func (s *session) build(epoch uint64, owner string) (*term, error) {
-	return s.buildWith(epoch, owner, builders{device: newDevice})
+	return s.buildWith(epoch, owner, builders{device: func(name string, dev *routes.Device) (transports.Transport, error) {
+		if tr := s.sup.o.Built.take(name); tr != nil {
+			return tr, nil
+		}
+		return newDevice(name, dev)
+	}})
 }
 
 // newDevice builds the transport of the device entry name.
@@ -186,7 +192,7 @@ func Preflight(cfg *routes.Config, needFiles bool) (*Built, routes.Errors) {
 	sv := &Supervisor{o: Options{Config: cfg}}
 	byName := routesBySession(cfg)
 	p := &preflight{cfg: cfg, needFiles: needFiles, seen: map[string]bool{}}
-	built := &Built{cfg: cfg, bounds: routes.Bounds{}}
+	built := &Built{cfg: cfg, bounds: routes.Bounds{}, devices: map[string]transports.Transport{}}
 	// Every device on its own first, so that each bad one is reported and
 	// not only a session's first; the sessions reuse what was built.
 	devices := map[string]builtDevice{}
@@ -196,6 +202,7 @@ func Preflight(cfg *routes.Config, needFiles bool) (*Built, routes.Errors) {
 		p.fail("devices."+name, err)
 		if err == nil {
 			built.bounds["devices."+name] = boundsOf(tr)
+			built.devices[name] = tr
 		}
 	}
 	reuse := builders{allowMissing: !needFiles, device: func(name string, _ *routes.Device) (transports.Transport, error) {
@@ -228,6 +235,25 @@ func boundsOf(tr transports.Transport) admission.Activation {
 type Built struct {
 	cfg    *routes.Config
 	bounds routes.Bounds
+
+	mu sync.Mutex
+	// devices are the device transports built and not yet handed to a
+	// term (take).
+	devices map[string]transports.Transport
+}
+
+// take hands out the transport Preflight built for device name, once: the
+// first term of its session opens it instead of building the device
+// again (Options.Built). Nil when there is none left, or b is nil.
+func (b *Built) take(name string) transports.Transport {
+	if b == nil {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	tr := b.devices[name]
+	delete(b.devices, name)
+	return tr
 }
 
 // Sessions reduces the configuration's routes to sessions
