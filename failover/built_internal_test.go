@@ -17,14 +17,25 @@ const probeKind = "built_probe"
 
 var probeBuilds atomic.Int64
 
-type probeTransport struct{ name string }
+// stubTransport is a transport that reports the bounds it is given and
+// never opens: Preflight builds it, admission sums its bounds.
+type stubTransport struct {
+	name    string
+	bound   time.Duration
+	closing time.Duration
+}
 
-func (p *probeTransport) Name() string                   { return p.name }
-func (p *probeTransport) ActivationBound() time.Duration { return time.Second }
-func (p *probeTransport) CloseBound() time.Duration      { return time.Second }
-func (p *probeTransport) Open(context.Context) error     { return errors.New("probe: never opened") }
-func (p *probeTransport) Close(context.Context) error    { return nil }
-func (p *probeTransport) State() transports.State        { return transports.State{} }
+func (p *stubTransport) Name() string                   { return p.name }
+func (p *stubTransport) ActivationBound() time.Duration { return p.bound }
+func (p *stubTransport) CloseBound() time.Duration      { return p.closing }
+func (p *stubTransport) Open(context.Context) error     { return errors.New("stub: never opened") }
+func (p *stubTransport) Close(context.Context) error    { return nil }
+func (p *stubTransport) State() transports.State        { return transports.State{} }
+
+// NewStubTransport gives the external tests a stubTransport.
+func NewStubTransport(name string, bound, closing time.Duration) transports.Transport {
+	return &stubTransport{name: name, bound: bound, closing: closing}
+}
 
 func init() {
 	routes.RegisterKind(routes.DeviceKind{Name: probeKind, Endpoint: func(d *routes.Device) (routes.Endpoint, error) {
@@ -32,7 +43,7 @@ func init() {
 	}})
 	transports.Register(probeKind, func(name string, _ any) (transports.Transport, error) {
 		probeBuilds.Add(1)
-		return &probeTransport{name: name}, nil
+		return NewStubTransport(name, time.Second, time.Second), nil
 	})
 }
 

@@ -1,8 +1,6 @@
 package failover_test
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -29,19 +27,6 @@ type skewConfig struct {
 	Close routes.Duration `yaml:"close"`
 }
 
-type skewTransport struct {
-	name    string
-	bound   time.Duration
-	closing time.Duration
-}
-
-func (t *skewTransport) Name() string                   { return t.name }
-func (t *skewTransport) ActivationBound() time.Duration { return t.bound }
-func (t *skewTransport) CloseBound() time.Duration      { return t.closing }
-func (t *skewTransport) Open(context.Context) error     { return errors.New("skew: never opened") }
-func (t *skewTransport) Close(context.Context) error    { return nil }
-func (t *skewTransport) State() transports.State        { return transports.State{} }
-
 var skewBuilds atomic.Int64
 
 func init() {
@@ -57,7 +42,7 @@ func init() {
 		if sc.Skew.D() > time.Hour {
 			return nil, fmt.Errorf("skew %s is above 1h", sc.Skew.D())
 		}
-		return &skewTransport{name: name, bound: c + r + sc.Skew.D(), closing: sc.Close.D()}, nil
+		return failover.NewStubTransport(name, c+r+sc.Skew.D(), sc.Close.D()), nil
 	})
 }
 
