@@ -184,10 +184,10 @@ func (s *session) routeError(r *routes.Route, err error) error {
 // or a password_env variable may be missing: admit runs in CI, away from
 // the deployment's files and environment, and run checks them.
 //
-// Each device is built once. The result's Admit sums the activation and
-// close bounds those transports report of themselves, so the budget
-// admission prints is the one the transports keep; it is not nil, also
-// when there are errors.
+// Each device is built once. The result, never nil (also with errors),
+// carries the activation and close bounds every built transport reports
+// of itself, and its Admit sums those: the budget admission prints is the
+// one the transports keep.
 func Preflight(cfg *routes.Config, needFiles bool) (*Built, routes.Errors) {
 	sv := &Supervisor{o: Options{Config: cfg}}
 	byName := routesBySession(cfg)
