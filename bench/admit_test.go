@@ -11,10 +11,22 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/leasebridge/leasebridge/admission"
 	"github.com/leasebridge/leasebridge/failover"
 	"github.com/leasebridge/leasebridge/internal/testbin"
 	"github.com/leasebridge/leasebridge/routes"
 )
+
+// admit is what admit and run compute for cfg (failover.Admit): the
+// budgets of the transports built from it.
+func admit(tb testing.TB, cfg *routes.Config) []admission.Report {
+	tb.Helper()
+	reps, errs := failover.Admit(cfg, false)
+	if len(errs) > 0 {
+		tb.Fatal(errs)
+	}
+	return reps
+}
 
 // Large configuration shape: 200 sessions, each one Modbus device with 5
 // poll groups published by 5 routes, 1,000 routes in all.
@@ -93,7 +105,7 @@ func TestLargeConfigAdmitted(t *testing.T) {
 		if want := largeSessions * largeRoutesPerSesson * tags; n != want {
 			t.Fatalf("%d tags, want %d", n, want)
 		}
-		reps := cfg.Admit()
+		reps := admit(t, cfg)
 		if len(reps) != largeSessions {
 			t.Fatalf("%d sessions, want %d", len(reps), largeSessions)
 		}
@@ -155,10 +167,7 @@ func BenchmarkAdmitLarge(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if errs := failover.Preflight(cfg, false); len(errs) > 0 {
-					b.Fatal(errs)
-				}
-				for _, r := range cfg.Admit() {
+				for _, r := range admit(b, cfg) {
 					if !r.Admitted() {
 						b.Fatalf("refused: %v", r.Refusals)
 					}

@@ -48,7 +48,7 @@ func idleLeaseManagers(b *testing.B, n int, name string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	lc := lease.ConfigFromReport(cfg.Admit()[0])
+	lc := lease.ConfigFromReport(admit(b, cfg)[0])
 	store := lease.NewMemStore()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

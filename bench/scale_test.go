@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasebridge/leasebridge/failover"
 	"github.com/leasebridge/leasebridge/internal/testetcd"
 	"github.com/leasebridge/leasebridge/lease"
 	"github.com/leasebridge/leasebridge/lease/etcdstore"
@@ -38,7 +39,7 @@ func clusteredLease(tb testing.TB) lease.Config {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return lease.ConfigFromReport(cfg.Admit()[0])
+	return lease.ConfigFromReport(admit(tb, cfg)[0])
 }
 
 // runBenchNode is a bench node process: spec is "endpoint prefix node
@@ -59,7 +60,11 @@ func runBenchNode(spec string) error {
 	if err != nil {
 		return err
 	}
-	cfg := lease.ConfigFromReport(rc.Admit()[0])
+	reps, errs := failover.Admit(rc, false)
+	if len(errs) > 0 {
+		return errs
+	}
+	cfg := lease.ConfigFromReport(reps[0])
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	st, err := etcdstore.New(ctx, etcdstore.Config{Endpoints: []string{f[0]}, DialTimeout: 5 * time.Second, KeyPrefix: f[1], CallTimeout: cfg.RenewCallTimeout})

@@ -179,7 +179,7 @@ func thousandSessions(b *testing.B, gogc, name string) {
 	modbusAddrs := startModbusMany(b, manySessions)
 	httpAddr := testbin.FreeAddr(b)
 	path, cfg := writeManyConfig(b, etcd.Endpoints()[0], broker.URL, modbusAddrs, httpAddr)
-	reps := cfg.Admit()
+	reps := admit(b, cfg)
 	renew := reps[0].Timing.RenewInterval
 
 	logf, err := os.Create(filepath.Join(b.TempDir(), "many.log"))

@@ -79,7 +79,7 @@ func startRoutes(t *testing.T, cfgTemplate string, args ...any) (*routeHarness, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	reports := cfg.Admit()
+	reports := admit(t, cfg)
 	store, err := etcdstore.New(ctx, etcdstore.Config{Endpoints: e.Endpoints, DialTimeout: time.Second, KeyPrefix: "/routes-test/"})
 	if err != nil {
 		t.Fatal(err)

@@ -34,6 +34,10 @@ type Options struct {
 	Config *routes.Config
 	// Reports are the admission reports of every session, all admitted.
 	Reports []admission.Report
+	// Built, when set, is what Preflight built from Config (its Admit gave
+	// Reports): the first term of each session opens the device
+	// transports built there instead of building them again.
+	Built *Built
 	// Store holds the lease rows.
 	Store lease.Store
 	// StoreEndpoints name the store in log lines (passwords redacted).
@@ -91,6 +95,9 @@ func routesBySession(cfg *routes.Config) map[string][]*routes.Route {
 
 // New builds a manager per admitted session; nothing is opened until Run.
 func New(o Options) (*Supervisor, error) {
+	if o.Built != nil && o.Built.cfg != o.Config {
+		return nil, errors.New("failover: Options.Built was built from another configuration")
+	}
 	sv := &Supervisor{o: o, stepDown: make(chan stepDownRequest, 1), health: newStoreHealth(o)}
 	// One bulk read per poll for all standbys, when the store can.
 	var rows *lease.RowSource
@@ -98,8 +105,10 @@ func New(o Options) (*Supervisor, error) {
 		rows, _ = lease.NewRowSource(lease.RowSourceOptions{Store: pr}) // pr is not nil
 	}
 	byName := routesBySession(o.Config)
+	// Only the step-down thresholds are read from the sessions; they do not
+	// depend on the transports' bounds, which o.Reports already summed.
 	inputs := map[string]routes.Session{}
-	for _, s := range o.Config.Sessions() {
+	for _, s := range o.Config.Sessions(nil) {
 		inputs[s.Name] = s
 	}
 	for _, rep := range o.Reports {

@@ -125,7 +125,7 @@ func (p *peers) bridgeAt(t *testing.T, node, keyPrefix, etcdURL string, jsonLogs
 	if err != nil {
 		t.Fatal(err)
 	}
-	reports := cfg.Admit()
+	reports := admit(t, cfg)
 	if !reports[0].Admitted() {
 		t.Fatalf("refused: %v", reports[0].Refusals)
 	}

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"maps"
 	"slices"
 	"sort"
 	"sync"
 	"time"
 
+	"github.com/leasebridge/leasebridge/admission"
 	"github.com/leasebridge/leasebridge/routes"
 	"github.com/leasebridge/leasebridge/transports"
 	"github.com/leasebridge/leasebridge/transports/mqtt"
@@ -20,10 +20,6 @@ import (
 // disclosed activation bound.
 var ErrActivation = errors.New("failover: activation failed")
 
-// ErrBounds reports a transport whose activation or close bound is not the
-// one admission summed for it.
-var ErrBounds = errors.New("failover: transport bounds differ from admission's")
-
 // opened is one transport of a term, in the order it was opened.
 type opened struct {
 	t      transports.Transport
@@ -32,8 +28,9 @@ type opened struct {
 }
 
 // term is one ownership of a session: the transports it opened and the
-// route workers running on them. A term's transports are built fresh, used
-// once and closed; nothing survives into the next term.
+// route workers running on them. A term's transports are built fresh (the
+// first term's devices by Preflight, unopened), used once and closed;
+// nothing survives into the next term.
 type term struct {
 	s       *session
 	epoch   uint64
@@ -62,7 +59,12 @@ type term struct {
 // build creates the term's transports and registers every subscription;
 // nothing is connected yet.
 func (s *session) build(epoch uint64, owner string) (*term, error) {
-	return s.buildWith(epoch, owner, newDevice)
+	return s.buildWith(epoch, owner, builders{device: func(name string, dev *routes.Device) (transports.Transport, error) {
+		if tr := s.sup.o.Built.take(name); tr != nil {
+			return tr, nil
+		}
+		return newDevice(name, dev)
+	}})
 }
 
 // newDevice builds the transport of the device entry name.
@@ -70,9 +72,18 @@ func newDevice(name string, dev *routes.Device) (transports.Transport, error) {
 	return transports.New(dev.Kind, dev.Kind+":"+name, dev)
 }
 
-// buildWith is build with the devices made by device: Preflight hands in
-// the ones it already built, so each is built once.
-func (s *session) buildWith(epoch uint64, owner string, device func(string, *routes.Device) (transports.Transport, error)) (*term, error) {
+// builders say how a term's transports are built: a term builds its own
+// devices; Preflight hands in the ones it already built, so each is built
+// once, and may build brokers without the deployment's files.
+type builders struct {
+	device func(string, *routes.Device) (transports.Transport, error)
+	// allowMissing builds a broker whose TLS or password input is missing
+	// (mqtt.Config.AllowMissingInputs): admit, away from the deployment.
+	allowMissing bool
+}
+
+// buildWith is build with the transports made as b says.
+func (s *session) buildWith(epoch uint64, owner string, b builders) (*term, error) {
 	t := &term{s: s, epoch: epoch, owner: owner, devices: map[string]transports.Transport{},
 		brokers: map[string]*mqtt.Client{}, pending: map[string]bool{}, fullCh: make(chan struct{})}
 	cfg := s.sup.o.Config
@@ -81,7 +92,7 @@ func (s *session) buildWith(epoch uint64, owner string, device func(string, *rou
 			return c, nil
 		}
 		c, err := mqtt.New("mqtt:"+name, mqtt.Config{Broker: *cfg.Brokers[name], Session: s.name, Node: s.sup.o.Node,
-			CleanSession: s.cleanSession(name)})
+			CleanSession: s.cleanSession(name), AllowMissingInputs: b.allowMissing})
 		if err != nil {
 			return nil, err
 		}
@@ -89,8 +100,8 @@ func (s *session) buildWith(epoch uint64, owner string, device func(string, *rou
 		t.brokers[name] = c
 		return c, nil
 	}
-	// Open order follows routes.Config.Transports: devices, remote brokers,
-	// local brokers; admission summed exactly these bounds.
+	// Open order follows the session's transports as routes.Config.Sessions
+	// lists them: devices, remote brokers, local brokers.
 	var devs, remotes, locals []string
 	seen := map[string]bool{}
 	add := func(list *[]string, key string) {
@@ -109,7 +120,7 @@ func (s *session) buildWith(epoch uint64, owner string, device func(string, *rou
 		add(&locals, r.Broker)
 	}
 	for _, name := range devs {
-		tr, err := device(name, cfg.Devices[name])
+		tr, err := b.device(name, cfg.Devices[name])
 		if err != nil {
 			return nil, &entryError{path: "devices." + name, what: fmt.Sprintf("session %s: device %s", s.name, name), err: err}
 		}
@@ -173,29 +184,30 @@ func (s *session) routeError(r *routes.Route, err error) error {
 // or a password_env variable may be missing: admit runs in CI, away from
 // the deployment's files and environment, and run checks them.
 //
-// Every transport built must also disclose the activation and close bounds
-// admission summed for it (routes' Device and Broker bounds): a transport
-// whose own bounds differ is refused, so the budget admission prints is
-// the one the transports keep.
-func Preflight(cfg *routes.Config, needFiles bool) routes.Errors {
+// Each device is built once. The result, never nil (also with errors),
+// carries the activation and close bounds every built transport reports
+// of itself, and its Admit sums those: the budget admission prints is the
+// one the transports keep.
+func Preflight(cfg *routes.Config, needFiles bool) (*Built, routes.Errors) {
 	sv := &Supervisor{o: Options{Config: cfg}}
 	byName := routesBySession(cfg)
 	p := &preflight{cfg: cfg, needFiles: needFiles, seen: map[string]bool{}}
+	built := &Built{cfg: cfg, bounds: routes.Bounds{}, devices: map[string]transports.Transport{}}
 	// Every device on its own first, so that each bad one is reported and
 	// not only a session's first; the sessions reuse what was built.
-	built := map[string]builtDevice{}
+	devices := map[string]builtDevice{}
 	for _, name := range slices.Sorted(maps.Keys(cfg.Devices)) {
-		dev := cfg.Devices[name]
-		tr, err := newDevice(name, dev)
-		built[name] = builtDevice{tr, err}
+		tr, err := newDevice(name, cfg.Devices[name])
+		devices[name] = builtDevice{tr, err}
 		p.fail("devices."+name, err)
 		if err == nil {
-			p.bounds("devices."+name, tr, dev.ActivationBound(), dev.CloseBound())
+			built.bounds["devices."+name] = boundsOf(tr)
+			built.devices[name] = tr
 		}
 	}
-	reuse := func(name string, _ *routes.Device) (transports.Transport, error) {
-		return built[name].t, built[name].err
-	}
+	reuse := builders{allowMissing: !needFiles, device: func(name string, _ *routes.Device) (transports.Transport, error) {
+		return devices[name].t, devices[name].err
+	}}
 	for _, name := range slices.Sorted(maps.Keys(byName)) {
 		s := &session{sup: sv, name: name, routes: byName[name]}
 		t, err := s.buildWith(0, "", reuse)
@@ -203,13 +215,60 @@ func Preflight(cfg *routes.Config, needFiles bool) routes.Errors {
 			p.sessionError(err)
 			continue
 		}
+		// A broker's client is the session's own (its client id), its
+		// bounds those of the broker entry, whichever session built it.
 		for bn, c := range t.brokers {
-			b := cfg.Brokers[bn]
-			p.bounds("brokers."+bn, c, b.ActivationBound(), b.CloseBound())
+			built.bounds["brokers."+bn] = boundsOf(c)
 		}
 	}
 	sort.SliceStable(p.errs, func(i, j int) bool { return p.errs[i].Line < p.errs[j].Line })
-	return p.errs
+	return built, p.errs
+}
+
+// boundsOf is what a built transport reports of its bounds, under its
+// own name.
+func boundsOf(tr transports.Transport) admission.Activation {
+	return admission.Activation{Name: tr.Name(), Bound: tr.ActivationBound(), Close: tr.CloseBound()}
+}
+
+// Built is a configuration whose transports Preflight built, none opened.
+type Built struct {
+	cfg    *routes.Config
+	bounds routes.Bounds
+
+	mu sync.Mutex
+	// devices are the device transports built and not yet handed to a
+	// term (take).
+	devices map[string]transports.Transport
+}
+
+// take hands out the transport Preflight built for device name, once: the
+// first term of its session opens it instead of building the device
+// again (Options.Built). Nil when there is none left, or b is nil.
+func (b *Built) take(name string) transports.Transport {
+	if b == nil {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	tr := b.devices[name]
+	delete(b.devices, name)
+	return tr
+}
+
+// Sessions reduces the configuration's routes to sessions
+// (routes.Config.Sessions) whose transports carry the bounds the built
+// transports report.
+func (b *Built) Sessions() []routes.Session { return b.cfg.Sessions(b.bounds) }
+
+// Admit evaluates every session with those bounds. It opens nothing.
+func (b *Built) Admit() []admission.Report { return routes.AdmitSessions(b.Sessions()) }
+
+// Admit is Preflight then Built.Admit, for a caller that needs only the
+// reports and the configuration's problems.
+func Admit(cfg *routes.Config, needFiles bool) ([]admission.Report, routes.Errors) {
+	b, errs := Preflight(cfg, needFiles)
+	return b.Admit(), errs
 }
 
 // builtDevice is a device's transport as Preflight built it, or the error.
@@ -229,7 +288,7 @@ type preflight struct {
 // fail records err at the entry path, unless it is a missing file admit
 // may ignore or the entry already failed.
 func (p *preflight) fail(path string, err error) {
-	if err == nil || (!p.needFiles && missingFile(err)) || p.seen[path] {
+	if err == nil || (!p.needFiles && routes.DeploymentInput(err)) || p.seen[path] {
 		return
 	}
 	p.seen[path] = true
@@ -240,28 +299,13 @@ func (p *preflight) fail(path string, err error) {
 func (p *preflight) sessionError(err error) {
 	var ee *entryError
 	if !errors.As(err, &ee) {
-		if p.needFiles || !missingFile(err) {
+		if p.needFiles || !routes.DeploymentInput(err) {
 			p.errs = append(p.errs, &routes.FieldError{File: p.cfg.File, Message: err.Error()})
 		}
 		return
 	}
 	// A broker or route several sessions share fails once.
 	p.fail(ee.path, ee.err)
-}
-
-// bounds refuses a transport whose bounds are not those admission summed.
-func (p *preflight) bounds(path string, tr transports.Transport, activation, closing time.Duration) {
-	if got, gotClose := tr.ActivationBound(), tr.CloseBound(); got != activation || gotClose != closing {
-		p.fail(path, fmt.Errorf("%w: transport %s discloses activation bound %s and close bound %s, admission summed %s and %s",
-			ErrBounds, tr.Name(), got, gotClose, activation, closing))
-	}
-}
-
-// missingFile reports an error from reading a file, or a password_env
-// variable that is not set: inputs the deployment provides.
-func missingFile(err error) bool {
-	var pe *fs.PathError
-	return errors.As(err, &pe) || errors.Is(err, routes.ErrPasswordEnvUnset)
 }
 
 // cleanSession decides whether the session's MQTT session on a broker is

@@ -92,7 +92,7 @@ func startWriteRig(t *testing.T, maxAge time.Duration) *writeRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reports := cfg.Admit()
+	reports := admit(t, cfg)
 	store, err := etcdstore.New(ctx, etcdstore.Config{Endpoints: e.Endpoints, DialTimeout: time.Second, KeyPrefix: cfg.LeaseStore.KeyPrefix})
 	if err != nil {
 		t.Fatal(err)

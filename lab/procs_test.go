@@ -23,6 +23,9 @@ import (
 	"github.com/leasebridge/leasebridge/internal/testbin"
 	"github.com/leasebridge/leasebridge/internal/testmqtt"
 	"github.com/leasebridge/leasebridge/routes"
+
+	// The transports of every kind, which admission builds.
+	_ "github.com/leasebridge/leasebridge/transports/all"
 )
 
 // bridge is one `leasebridge run` process slot: its configuration, its
@@ -102,7 +105,11 @@ func (b *bridge) configure(leaseTTL time.Duration) error {
 	if err != nil {
 		return err
 	}
-	sessions := cfg.Sessions()
+	built, errs := failover.Preflight(cfg, false)
+	if len(errs) > 0 {
+		return errs
+	}
+	sessions := built.Sessions()
 	reps := routes.AdmitSessions(sessions)
 	if len(reps) != 1 || !reps[0].Admitted() {
 		return fmt.Errorf("%s: lab configuration not admitted: %+v", b.name, reps)

@@ -6,6 +6,7 @@ package routes
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strings"
 	"time"
@@ -381,6 +382,14 @@ func (d *Device) Credentials() (Credentials, bool) {
 		return Credentials{}, false
 	}
 	return s.credentials(), true
+}
+
+// DeploymentInput reports whether err comes from an input the deployment
+// provides and a dry run away from it may lack: a file that cannot be
+// read (a CA, certificate, key or password file) or an unset password_env.
+func DeploymentInput(err error) bool {
+	var pe *fs.PathError
+	return errors.As(err, &pe) || errors.Is(err, ErrPasswordEnvUnset)
 }
 
 // Password reads the password from password_file (trailing newline

@@ -147,40 +147,6 @@ func (c *Config) written(path string) bool {
 	return ok
 }
 
-// ActivationBound is the broker transport's aggregate activation bound,
-// 3*connect_timeout + 3*reconcile_timeout + 2*unmatched_grace. Validation
-// has refused a configuration where it overflows, so the error is moot
-// after Load.
-func (b *Broker) ActivationBound() time.Duration {
-	d, _ := admission.MQTTActivationBound(b.ConnectTimeout.D(), b.ReconcileTimeout.D(), b.UnmatchedGrace.D())
-	return d
-}
-
-// CloseBound is the longest the broker transport's disconnect may take.
-func (b *Broker) CloseBound() time.Duration { return b.CloseTimeout.D() }
-
-// ActivationBound is the device transport's activation bound: its kind's,
-// or by default one connect and the first successful read. A transport
-// discloses this value (Preflight refuses one that does not), with the
-// defaults of Timeouts for a Device built in code.
-func (d *Device) ActivationBound() time.Duration {
-	if k := LookupKind(d.Kind); k != nil && k.ActivationBound != nil {
-		return k.ActivationBound(d)
-	}
-	connect, request, _ := d.Timeouts()
-	return connect + request
-}
-
-// CloseBound is the longest the device transport's close may take: its
-// kind's, or by default close_timeout.
-func (d *Device) CloseBound() time.Duration {
-	if k := LookupKind(d.Kind); k != nil && k.CloseBound != nil {
-		return k.CloseBound(d)
-	}
-	_, _, closing := d.Timeouts()
-	return closing
-}
-
 // DefaultValues reports the default of every optional key, by key path with
 // "*" for a name or an index ("brokers.*.connect_timeout"), as applied to an
 // otherwise empty configuration. Device keys whose default depends on the

@@ -64,7 +64,7 @@ func admitRefusals(t *testing.T, y string) map[string][]string {
 		t.Fatal(errs)
 	}
 	out := map[string][]string{}
-	for _, r := range cfg.Admit() {
+	for _, r := range built(t, cfg).Admit() {
 		if r.OwnerDeath.Total == 0 {
 			t.Errorf("session %s: no budget computed: %v", r.Session, r.Refusals)
 		}

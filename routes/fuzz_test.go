@@ -5,6 +5,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/leasebridge/leasebridge/failover"
 	"github.com/leasebridge/leasebridge/routes"
 )
 
@@ -29,7 +30,9 @@ func FuzzParse(f *testing.F) {
 			}
 			return
 		}
-		for _, r := range cfg.Admit() {
+		// A transport that cannot be built leaves its session refused.
+		reports, _ := failover.Admit(cfg, false)
+		for _, r := range reports {
 			_ = r.Admitted()
 		}
 	})

@@ -6,13 +6,13 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 )
 
 // DeviceKind is the configuration half of a device transport: how a
 // device of one kind is decoded beyond the keys every device has, which
-// defaults it takes, how it is checked, what it bounds and how its keys
-// are documented. A transport package registers its kind from init with
+// defaults it takes, how it is checked and how its keys are documented.
+// Its bounds are not here: admission sums what the transport built from
+// the device reports (failover.Preflight). A transport package registers its kind from init with
 // RegisterKind, next to transports.Register; docs/adding-a-transport.md
 // lists the rest.
 type DeviceKind struct {
@@ -43,11 +43,6 @@ type DeviceKind struct {
 	WholeTag bool
 	// Endpoint is the device's exclusive endpoint (see Device.Endpoint).
 	Endpoint func(d *Device) (Endpoint, error)
-	// ActivationBound and CloseBound override the common bounds
-	// (connect_timeout + request_timeout, close_timeout); may be nil.
-	ActivationBound func(d *Device) time.Duration
-	// CloseBound is the longest the kind's close may take; may be nil.
-	CloseBound func(d *Device) time.Duration
 	// Doc is the kind's paragraph for docs/configuration.md.
 	Doc string
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/leasebridge/leasebridge/routes"
 )
@@ -166,7 +167,7 @@ routes:
 	if errs != nil {
 		t.Fatal(errs)
 	}
-	ss := cfg.Sessions()
+	ss := built(t, cfg).Sessions()
 	if len(ss) != 1 || len(ss[0].Refusals) != 0 {
 		t.Fatalf("sessions %+v", ss)
 	}
@@ -177,9 +178,12 @@ routes:
 	if got := strings.Join(names, " "); got != routes.EndpointClaim+" modbus_tcp:plc modbus_tcp:plc2 mqtt:local" {
 		t.Fatalf("transports %q", got)
 	}
-	r := cfg.Admit()[0]
-	d := cfg.Devices["plc"]
-	if want := r.Timing.RenewCallTimeout + 2*d.ActivationBound() + cfg.Brokers["local"].ActivationBound(); r.Activation != want {
+	r := built(t, cfg).Admit()[0]
+	var want time.Duration
+	for _, a := range ss[0].Inputs.Transports {
+		want += a.Bound
+	}
+	if r.Activation != want {
 		t.Fatalf("activation %v, want %v", r.Activation, want)
 	}
 }

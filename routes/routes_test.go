@@ -11,7 +11,11 @@ import (
 	"time"
 
 	"github.com/leasebridge/leasebridge/admission"
+	"github.com/leasebridge/leasebridge/failover"
 	"github.com/leasebridge/leasebridge/routes"
+
+	// The transports of every kind, which Preflight builds.
+	_ "github.com/leasebridge/leasebridge/transports/all"
 )
 
 const base = `deployment_mode: clustered
@@ -45,6 +49,18 @@ func parse(t *testing.T, y string) (*routes.Config, routes.Errors) {
 	return nil, errs
 }
 
+// built builds cfg's transports as admit and run do (failover.Preflight):
+// routes holds no bound formula, its sessions carry what the transports
+// report.
+func built(t testing.TB, cfg *routes.Config) *failover.Built {
+	t.Helper()
+	b, errs := failover.Preflight(cfg, false)
+	if len(errs) > 0 {
+		t.Fatalf("preflight: %v", errs)
+	}
+	return b
+}
+
 func wantErrors(t *testing.T, y string, want ...string) {
 	t.Helper()
 	_, errs := parse(t, y)
@@ -67,12 +83,13 @@ func TestParseAppliesDefaults(t *testing.T) {
 		t.Fatal(errs)
 	}
 	b := cfg.Brokers["local"]
-	if b.ActivationBound() != 240*time.Second || b.ClientID != routes.DefaultClientID || b.ProtocolVersion != 4 {
-		t.Errorf("broker defaults: activation %s client %q version %d", b.ActivationBound(), b.ClientID, b.ProtocolVersion)
+	if b.ConnectTimeout.D() != routes.DefaultMQTTConnectTimeout || b.ReconcileTimeout.D() != routes.DefaultMQTTReconcileTimeout ||
+		b.UnmatchedGrace.D() != routes.DefaultMQTTUnmatchedGrace || b.ClientID != routes.DefaultClientID || b.ProtocolVersion != 4 {
+		t.Errorf("broker defaults: timeouts %s/%s/%s client %q version %d", b.ConnectTimeout.D(), b.ReconcileTimeout.D(), b.UnmatchedGrace.D(), b.ClientID, b.ProtocolVersion)
 	}
 	d := cfg.Devices["plc"]
-	if *d.UnitID != 1 || d.ByteOrder != "ABCD" || !*d.MergeRequests || d.ActivationBound() != 7*time.Second {
-		t.Errorf("device defaults: unit %d order %s merge %v activation %s", *d.UnitID, d.ByteOrder, *d.MergeRequests, d.ActivationBound())
+	if c, r, cl := d.Timeouts(); *d.UnitID != 1 || d.ByteOrder != "ABCD" || !*d.MergeRequests || c != routes.DefaultDeviceConnectTimeout || r != routes.DefaultDeviceRequestTimeout || cl != routes.DefaultDeviceCloseTimeout {
+		t.Errorf("device defaults: unit %d order %s merge %v timeouts %s/%s/%s", *d.UnitID, d.ByteOrder, *d.MergeRequests, c, r, cl)
 	}
 	if cfg.LeaseStore.KeyPrefix != routes.DefaultKeyPrefix || cfg.Routes[0].Topic != routes.DefaultTopic {
 		t.Errorf("prefix %q topic %q", cfg.LeaseStore.KeyPrefix, cfg.Routes[0].Topic)
@@ -195,7 +212,7 @@ func TestDivergenceIsRefusedWithBothRoutes(t *testing.T) {
 	if errs != nil {
 		t.Fatal(errs)
 	}
-	reps := cfg.Admit()
+	reps := built(t, cfg).Admit()
 	if len(reps) != 1 || reps[0].Admitted() {
 		t.Fatalf("reports %+v", reps)
 	}
@@ -224,7 +241,8 @@ func TestRouteOrderNeverChangesOutcome(t *testing.T) {
 		for i := 0; i < 2+rng.IntN(6); i++ {
 			kind := "kind: poll, device: plc"
 			if rng.IntN(3) == 0 {
-				kind = "kind: write, device: plc, request_topic: q, reply_topic: p"
+				// Its own request topic: one session subscribes each once.
+				kind = fmt.Sprintf("kind: write, device: plc, request_topic: q%d, reply_topic: p", i)
 			}
 			rs = append(rs, fmt.Sprintf("  - {name: r%d, session: s%d, %s, broker: local, manager: {%s}}\n",
 				i, rng.IntN(3), kind, overrides[rng.IntN(len(overrides))]))
@@ -235,8 +253,9 @@ func TestRouteOrderNeverChangesOutcome(t *testing.T) {
 				t.Fatal(errs)
 			}
 			var b strings.Builder
-			for i, r := range cfg.Admit() {
-				fmt.Fprintf(&b, "%s %v %+v %+v %v\n", r.Session, cfg.Sessions()[i].Routes, r.OwnerDeath, r.BrokerPath, r.Refusals)
+			bt := built(t, cfg)
+			for i, r := range bt.Admit() {
+				fmt.Fprintf(&b, "%s %v %+v %+v %v\n", r.Session, bt.Sessions()[i].Routes, r.OwnerDeath, r.BrokerPath, r.Refusals)
 			}
 			return lineRef.ReplaceAllString(b.String(), "cfg.yaml:L")
 		}
@@ -256,7 +275,7 @@ func TestSessionInputsCarryTransportsAndPolicy(t *testing.T) {
 	if errs != nil {
 		t.Fatal(errs)
 	}
-	s := cfg.Sessions()[0]
+	s := built(t, cfg).Sessions()[0]
 	want := []admission.Activation{
 		{Name: routes.EndpointClaim, Bound: 3 * time.Second}, // the clustered renew_call_timeout
 		{Name: "modbus_tcp:plc", Bound: 7 * time.Second, Close: time.Second},
@@ -268,7 +287,7 @@ func TestSessionInputsCarryTransportsAndPolicy(t *testing.T) {
 	if s.Inputs.StartupAllowance != 2*time.Second || s.Inputs.BrokerHealth.Threshold != time.Minute || *s.Inputs.FailoverSLO != 10*time.Minute {
 		t.Errorf("inputs %+v", s.Inputs)
 	}
-	r := cfg.Admit()[0]
+	r := built(t, cfg).Admit()[0]
 	if !r.Admitted() || r.OwnerDeath.Total != 45*time.Second+12500*time.Millisecond+39*time.Second+250*time.Second+2*time.Second {
 		t.Errorf("report %+v", r)
 	}
@@ -338,7 +357,7 @@ func TestDevicePathSetting(t *testing.T) {
 	if errs != nil {
 		t.Fatal(errs)
 	}
-	reps := cfg.Admit()
+	reps := built(t, cfg).Admit()
 	byName := map[string]admission.Report{}
 	for _, r := range reps {
 		byName[r.Session] = r

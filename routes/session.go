@@ -70,18 +70,27 @@ func (c *Config) effective(r *Route) Manager {
 	}
 }
 
-// Transports lists what a route opens as owner, in a canonical order: the
-// device first, then the remote broker, then the local broker.
-func (c *Config) Transports(r *Route) []admission.Activation {
-	var out []admission.Activation
-	if d := c.Devices[r.Device]; d != nil && (r.Kind == RoutePoll || r.Kind == RouteWrite) {
-		out = append(out, admission.Activation{Name: d.Kind + ":" + r.Device, Bound: d.ActivationBound(), Close: d.CloseBound()})
+// Bounds are the activation and close bounds of the transports built from
+// a configuration's devices and brokers, keyed by entry ("devices.plc",
+// "brokers.local"), each named as its transport names itself. routes holds
+// no bound formula: failover.Preflight builds every transport and fills
+// Bounds from what each reports of itself, so admission sums the bounds
+// the transports keep.
+type Bounds map[string]admission.Activation
+
+// entries lists the configuration entries a route opens as owner, in a
+// canonical order: the device first, then the remote broker, then the
+// local broker.
+func (c *Config) entries(r *Route) []string {
+	var out []string
+	if c.Devices[r.Device] != nil && (r.Kind == RoutePoll || r.Kind == RouteWrite) {
+		out = append(out, "devices."+r.Device)
 	}
-	if b := c.Brokers[r.Remote]; b != nil && r.Kind == RouteBridge {
-		out = append(out, admission.Activation{Name: "mqtt:" + r.Remote, Bound: b.ActivationBound(), Close: b.CloseBound()})
+	if c.Brokers[r.Remote] != nil && r.Kind == RouteBridge {
+		out = append(out, "brokers."+r.Remote)
 	}
-	if b := c.Brokers[r.Broker]; b != nil {
-		out = append(out, admission.Activation{Name: "mqtt:" + r.Broker, Bound: b.ActivationBound(), Close: b.CloseBound()})
+	if c.Brokers[r.Broker] != nil {
+		out = append(out, "brokers."+r.Broker)
 	}
 	return out
 }
@@ -101,7 +110,6 @@ func (c *Config) routeInputs(i int, r *Route) routeInputs {
 		Session:     r.Session,
 		Timing:      t,
 		FailoverSLO: durPtr(m.FailoverSLO),
-		Transports:  c.Transports(r),
 	}
 	if m.BrokerHealthStepDown != nil {
 		in.BrokerHealth = admission.BrokerHealth(*m.BrokerHealthStepDown)
@@ -149,8 +157,10 @@ func canonicalFields(in admission.Inputs) [][2]string {
 // session, sorted by session name. Routes are compared in name order, so the
 // result never depends on the order they are written in: every field on
 // which two routes of a session disagree becomes a refusal naming the
-// session, the field, both routes and both values.
-func (c *Config) Sessions() []Session {
+// session, the field, both routes and both values. The sessions' transports
+// carry the bounds b gives for their entries; an entry b lacks (its
+// transport could not be built) is a refusal.
+func (c *Config) Sessions(b Bounds) []Session {
 	by := map[string][]routeInputs{}
 	for i, r := range c.Routes {
 		by[r.Session] = append(by[r.Session], c.routeInputs(i, r))
@@ -164,11 +174,15 @@ func (c *Config) Sessions() []Session {
 		for _, v := range views {
 			s.Routes = append(s.Routes, v.route.Name)
 		}
-		s.Inputs.Transports = unionTransports(views)
+		var unbuilt []string
+		s.Inputs.Transports, unbuilt = c.unionTransports(views, b)
 		for _, v := range views {
 			if v.err != nil {
 				s.Refusals = append(s.Refusals, fmt.Sprintf("route %q (%s): %v", v.route.Name, c.where(v.index), v.err))
 			}
+		}
+		for _, entry := range unbuilt {
+			s.Refusals = append(s.Refusals, fmt.Sprintf("%s (%s): its transport was not built, so its bounds are unknown", entry, c.position(entry)))
 		}
 		if len(s.Refusals) == 0 {
 			s.Refusals = c.divergences(name, views)
@@ -181,20 +195,26 @@ func (c *Config) Sessions() []Session {
 
 // unionTransports is what a session's owner opens: the endpoint claim when
 // it has devices, then every transport any of its routes names, once,
-// devices first (the term opens them in that order). Routes of one session may use different devices and brokers;
-// admission sums the bounds of all of them.
-func unionTransports(views []routeInputs) []admission.Activation {
+// devices first (the term opens them in that order), each with the bounds
+// b gives its entry; unbuilt lists the entries b lacks. Routes of one
+// session may use different devices and brokers; admission sums the
+// bounds of all of them.
+func (c *Config) unionTransports(views []routeInputs, b Bounds) (out []admission.Activation, unbuilt []string) {
 	var devices, brokers []admission.Activation
 	seen := map[string]bool{}
 	for _, v := range views {
-		for _, a := range v.inputs.Transports {
-			if seen[a.Name] {
+		for _, entry := range c.entries(v.route) {
+			if seen[entry] {
 				continue
 			}
-			seen[a.Name] = true
-			if strings.HasPrefix(a.Name, "mqtt:") {
+			seen[entry] = true
+			a, ok := b[entry]
+			switch {
+			case !ok:
+				unbuilt = append(unbuilt, entry)
+			case strings.HasPrefix(entry, "brokers."):
 				brokers = append(brokers, a)
-			} else {
+			default:
 				devices = append(devices, a)
 			}
 		}
@@ -206,7 +226,7 @@ func unionTransports(views []routeInputs) []admission.Activation {
 		claim := admission.Activation{Name: EndpointClaim, Bound: views[0].inputs.Timing.RenewCallTimeout}
 		devices = append([]admission.Activation{claim}, devices...)
 	}
-	return append(devices, brokers...)
+	return append(devices, brokers...), unbuilt
 }
 
 // EndpointClaim names the endpoint-claim call in a session's activation:
@@ -244,9 +264,6 @@ func (c *Config) divergences(session string, views []routeInputs) []string {
 	}
 	return out
 }
-
-// Admit evaluates every session of the configuration. It opens nothing.
-func (c *Config) Admit() []admission.Report { return AdmitSessions(c.Sessions()) }
 
 // AdmitSessions evaluates sessions already reduced by Config.Sessions, in
 // their order, for callers that need both.

@@ -44,11 +44,11 @@ func admit(args []string, stdout, stderr io.Writer) int {
 	if *file == "" {
 		return fl.usageError("-c FILE is required")
 	}
-	cfg, errs := load(*file, false)
+	cfg, built, errs := load(*file, false)
 	if len(errs) > 0 {
 		return invalid(*format, *file, errs, stdout, stderr)
 	}
-	sessions := cfg.Sessions()
+	sessions := built.Sessions()
 	reports := routes.AdmitSessions(sessions)
 	doc := report.FromReports(cfg, sessions, reports)
 	notes := deploymentInputs(cfg)
@@ -111,20 +111,21 @@ func writeInvalid(w io.Writer, cmd, file string, errs routes.Errors) {
 
 // load decodes and validates the file, then builds every transport it
 // names without opening any (failover.Preflight), so that admit and run
-// refuse the same configurations; needFiles: the certificate, key and
+// refuse the same configurations and admission sums the bounds those
+// transports report; needFiles: the certificate, key and
 // password files it names must be readable and its password_env variables
 // set (run), or may be absent (admit, a dry run away from the deployment).
 // Messages are redacted: a transport's error may quote a URL.
-func load(file string, needFiles bool) (*routes.Config, routes.Errors) {
+func load(file string, needFiles bool) (*routes.Config, *failover.Built, routes.Errors) {
 	cfg, err := routes.Load(file)
 	if err != nil {
 		var errs routes.Errors
 		if !errors.As(err, &errs) {
 			errs = routes.Errors{{File: file, Message: readProblem(err)}}
 		}
-		return nil, redactErrors(errs)
+		return nil, nil, redactErrors(errs)
 	}
-	errs := failover.Preflight(cfg, needFiles)
+	built, errs := failover.Preflight(cfg, needFiles)
 	if needFiles {
 		// Preflight reads the brokers' passwords as it builds them; the
 		// lease store's and the devices' are read at connect time.
@@ -135,9 +136,9 @@ func load(file string, needFiles bool) (*routes.Config, routes.Errors) {
 		}
 	}
 	if len(errs) > 0 {
-		return nil, redactErrors(errs)
+		return nil, nil, redactErrors(errs)
 	}
-	return cfg, nil
+	return cfg, built, nil
 }
 
 // readProblem says why the file could not be read without repeating its

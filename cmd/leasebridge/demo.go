@@ -235,7 +235,11 @@ func (d *demoEnv) startBridges() (int, error) {
 		if err != nil {
 			return exitInvalid, err
 		}
-		d.budget = cfg.Admit()[0]
+		reports, errs := failover.Admit(cfg, true)
+		if len(errs) > 0 {
+			return exitInvalid, errs
+		}
+		d.budget = reports[0]
 		if !d.budget.Admitted() {
 			return exitRefused, fmt.Errorf("demo configuration refused: %v", d.budget.Refusals)
 		}

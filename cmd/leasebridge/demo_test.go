@@ -59,7 +59,7 @@ func TestDemoTakesOverWithinBudget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep := cfg.Admit()[0]
+	rep := preflight(t, cfg).Admit()[0]
 	for _, term := range rep.OwnerDeath.Terms {
 		if !regexp.MustCompile(`(?m)^  ` + term.Name + ` +` + regexp.QuoteMeta(admission.FormatSeconds(term.Value)) + `  \S`).MatchString(text) {
 			t.Errorf("demo output lacks the term %s = %s with its meaning", term.Name, admission.FormatSeconds(term.Value))

@@ -40,7 +40,7 @@ func openFleet(ctx context.Context, fl *flagSet, file string, stderr io.Writer) 
 	if file == "" {
 		return nil, fl.usageError("-c FILE is required")
 	}
-	cfg, errs := load(file, false)
+	cfg, built, errs := load(file, false)
 	if len(errs) > 0 {
 		fmt.Fprintf(stderr, "%s: invalid configuration (%d problem(s)):\n", file, len(errs))
 		for _, e := range errs {
@@ -57,7 +57,7 @@ func openFleet(ctx context.Context, fl *flagSet, file string, stderr io.Writer) 
 		fmt.Fprintf(stderr, "leasebridge %s: lease store: %v\n", name, err)
 		return nil, exitStoreDown
 	}
-	return &fleetCmd{cfg: cfg, reports: cfg.Admit(), store: store}, exitOK
+	return &fleetCmd{cfg: cfg, reports: built.Admit(), store: store}, exitOK
 }
 
 // parsePositional parses flags and exactly one positional argument, first

@@ -213,13 +213,13 @@ func (f *mixedFleet) startEdited(t *testing.T, node string, edit func(string) st
 	addr := testbin.FreeAddr(t)
 	y := edit(testbin.Config(testbin.Bridge{Etcd: "http://" + px.Addr(), Broker: f.broker.URL, PLC: f.plc.addr, Node: node, HTTP: addr,
 		KeyPrefix: "/mixed-test/", Topic: "{device}/{tag}"}))
-	path, cfg := writeRoutes(t, f.dir, node, y)
+	path, built := writeRoutes(t, f.dir, node, y)
 	mp := &mixedProc{fleet: f, path: path}
-	mp.proc = proc{bridgeProc: &bridgeProc{name: node, http: addr}, proxy: px, report: cfg.Admit()[0]}
+	mp.proc = proc{bridgeProc: &bridgeProc{name: node, http: addr}, proxy: px, report: built.Admit()[0]}
 	if !mp.report.Admitted() {
 		t.Fatalf("%s refused: %v", node, mp.report.Refusals)
 	}
-	mp.session = cfg.Sessions()[0]
+	mp.session = built.Sessions()[0]
 	mp.restart(t)
 	return mp
 }

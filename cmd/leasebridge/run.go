@@ -49,12 +49,12 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		return fl.usageError("%v", err)
 	}
 	slog.SetDefault(log)
-	cfg, errs := load(*file, true)
+	cfg, built, errs := load(*file, true)
 	if len(errs) > 0 {
 		writeInvalid(stderr, "run", *file, errs)
 		return failover.ExitInvalid
 	}
-	reports := cfg.Admit()
+	reports := built.Admit()
 	refused := false
 	for _, r := range reports {
 		for _, why := range r.Refusals {
@@ -72,7 +72,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	code, err := serve(ctx, cfg, reports, log, nil)
+	code, err := serve(ctx, built, cfg, reports, log, nil)
 	if err != nil {
 		log.Error("run failed", "err", err, "exit_status", code)
 	}
@@ -81,8 +81,9 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 
 // serve opens the lease store, runs the supervisor with its HTTP endpoints
 // until ctx ends or a step-down, and returns the process exit status.
+// built is what load built from cfg, whose devices the first terms open;
 // started, when not nil, receives the supervisor once it runs.
-func serve(ctx context.Context, cfg *routes.Config, reports []admission.Report, log *slog.Logger, started chan<- *failover.Supervisor) (int, error) {
+func serve(ctx context.Context, built *failover.Built, cfg *routes.Config, reports []admission.Report, log *slog.Logger, started chan<- *failover.Supervisor) (int, error) {
 	node := cfg.Node
 	if node == "" {
 		h, err := os.Hostname()
@@ -115,7 +116,7 @@ func serve(ctx context.Context, cfg *routes.Config, reports []admission.Report, 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	id := lease.NewIdentity(node)
-	sv, err := failover.New(failover.Options{Config: cfg, Reports: reports, Store: store, StoreEndpoints: endpoints,
+	sv, err := failover.New(failover.Options{Config: cfg, Reports: reports, Built: built, Store: store, StoreEndpoints: endpoints,
 		Identity: id, Node: node, Logger: log, Metrics: failover.NewMetrics(reg), Claims: store, Fleet: store})
 	if err != nil {
 		return failover.ExitInvalid, err

@@ -112,16 +112,16 @@ func (p *runPeers) startAt(t *testing.T, node, etcdURL string, edit func(*testbi
 // run` on it, its log in dir/node.log, killed at the end of the test.
 func launch(t *testing.T, dir, node, addr, y string) *proc {
 	t.Helper()
-	path, cfg := writeRoutes(t, dir, node, y)
-	pr := &proc{bridgeProc: &bridgeProc{name: node, http: addr, log: filepath.Join(dir, node+".log")}, reports: cfg.Admit()}
+	path, built := writeRoutes(t, dir, node, y)
+	pr := &proc{bridgeProc: &bridgeProc{name: node, http: addr, log: filepath.Join(dir, node+".log")}, reports: built.Admit()}
 	pr.report = pr.reports[0]
 	pr.launch(t, path, "text")
 	return pr
 }
 
-// writeRoutes writes configuration y to dir/node.yaml and parses it as
-// the process will.
-func writeRoutes(t *testing.T, dir, node, y string) (string, *routes.Config) {
+// writeRoutes writes configuration y to dir/node.yaml, parses it and builds
+// its transports as the process will.
+func writeRoutes(t *testing.T, dir, node, y string) (string, *failover.Built) {
 	t.Helper()
 	path := filepath.Join(dir, node+".yaml")
 	if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
@@ -131,7 +131,18 @@ func writeRoutes(t *testing.T, dir, node, y string) (string, *routes.Config) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return path, cfg
+	return path, preflight(t, cfg)
+}
+
+// preflight builds cfg's transports as admit and run do; its Admit and
+// Sessions are theirs.
+func preflight(t testing.TB, cfg *routes.Config) *failover.Built {
+	t.Helper()
+	built, errs := failover.Preflight(cfg, true)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	return built
 }
 
 // launch runs `leasebridge run -c path` with its output in pr.log and

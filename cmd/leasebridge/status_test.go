@@ -58,7 +58,7 @@ func TestStatusOwnedUnownedPinnedMismatched(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	timing := lease.ConfigFromReport(cfg.Admit()[0]).RowTiming()
+	timing := lease.ConfigFromReport(preflight(t, cfg).Admit()[0]).RowTiming()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	st, err := etcdstore.New(ctx, etcdstore.Config{Endpoints: c.Endpoints(), DialTimeout: 2 * time.Second, KeyPrefix: "/status-test/"})

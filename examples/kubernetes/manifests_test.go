@@ -21,7 +21,11 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
+	"github.com/leasebridge/leasebridge/failover"
 	"github.com/leasebridge/leasebridge/routes"
+
+	// The transports of every kind, which admission builds.
+	_ "github.com/leasebridge/leasebridge/transports/all"
 )
 
 // manifest is one example file's decoded objects.
@@ -235,8 +239,12 @@ func checkQueueSizing(t *testing.T, m *manifest, cfg *routes.Config) {
 	if rate == nil || limit == nil {
 		t.Fatalf("mosquitto.conf lacks the sizing comment or max_queued_messages:\n%s", conf)
 	}
+	reports, errs := failover.Admit(cfg, false)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
 	var budget float64
-	for _, r := range cfg.Admit() {
+	for _, r := range reports {
 		if r.Session == "press-1" {
 			budget = r.OwnerDeath.Total.Seconds()
 		}

@@ -137,9 +137,9 @@ func Budget(tb testing.TB, o Options) time.Duration {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	reps := cfg.Admit()
-	if len(reps) != 1 || !reps[0].Admitted() {
-		tb.Fatalf("bridgetest: configuration not admitted: %+v", reps)
+	reps, errs := failover.Admit(cfg, false)
+	if len(errs) > 0 || len(reps) != 1 || !reps[0].Admitted() {
+		tb.Fatalf("bridgetest: configuration not admitted: %v %+v", errs, reps)
 	}
 	return reps[0].OwnerDeath.Total
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/leasebridge/leasebridge/internal/report"
 	"github.com/leasebridge/leasebridge/lease/etcdembed"
 	"github.com/leasebridge/leasebridge/routes"
+	"github.com/leasebridge/leasebridge/transports"
 	"github.com/leasebridge/leasebridge/transports/tagvalue"
 
 	// The device kinds document their own keys.
@@ -74,6 +75,14 @@ func main() {
 	}
 }
 
+// defaultDeviceActivation is the activation bound a device connection
+// (transports.Conn) reports at the default timeouts.
+func defaultDeviceActivation() time.Duration {
+	c := transports.NewConn(transports.ConnConfig[int]{
+		ConnectTimeout: routes.DefaultDeviceConnectTimeout, RequestTimeout: routes.DefaultDeviceRequestTimeout})
+	return c.ActivationBound()
+}
+
 // churnD is the device_path_step_down of the churn example.
 const churnD = time.Minute
 
@@ -104,7 +113,7 @@ func render() (map[string][]byte, error) {
 		"MQTTReconcile":            fs(routes.DefaultMQTTReconcileTimeout),
 		"MQTTGrace":                fs(routes.DefaultMQTTUnmatchedGrace),
 		"MQTTActivation":           fs(sa.Activation),
-		"DeviceActivation":         fs(routes.DefaultDeviceConnectTimeout + routes.DefaultDeviceRequestTimeout),
+		"DeviceActivation":         fs(defaultDeviceActivation()),
 		"StandaloneL":              fs(admission.StandaloneLeaseTTL),
 		"StandaloneC":              fs(admission.StandaloneCallTimeout),
 		"StandaloneP":              fs(admission.StandalonePollInterval),
@@ -215,7 +224,11 @@ func startupLog() (string, error) {
 		}
 		return a
 	}}))
-	failover.LogBudgets(log, cfg.Admit())
+	reports, errs := failover.Admit(cfg, false)
+	if len(errs) > 0 {
+		return "", errs
+	}
+	failover.LogBudgets(log, reports)
 	return b.String(), nil
 }
 
@@ -227,7 +240,11 @@ func admitExample() (string, error) {
 		return "", err
 	}
 	cfg.File = strings.TrimPrefix(exampleConfig, "../../")
-	sessions := cfg.Sessions()
+	built, errs := failover.Preflight(cfg, false)
+	if len(errs) > 0 {
+		return "", errs
+	}
+	sessions := built.Sessions()
 	doc := report.FromReports(cfg, sessions, routes.AdmitSessions(sessions))
 	// The binary's own version varies by build; the page shows a release's.
 	doc.LeasebridgeVersion = exampleVersion

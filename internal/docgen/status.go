@@ -78,7 +78,10 @@ func statusExample() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	reports := cfg.Admit()
+	reports, errs := failover.Admit(cfg, false)
+	if len(errs) > 0 {
+		return "", errs
+	}
 	f := exampleFleet{now: time.Date(2026, 1, 5, 8, 0, 0, 0, time.UTC), timing: lease.ConfigFromReport(reports[0]).RowTiming()}
 	st, err := failover.ReadFleetStatus(context.Background(), cfg, reports, f, f.now)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -75,9 +76,8 @@ func TestActivationBoundIsAdmissions(t *testing.T) {
 	if c.ActivationBound() != projectBound(t) {
 		t.Fatalf("client bound %v, admission %v", c.ActivationBound(), projectBound(t))
 	}
-	b := testBroker("tcp://127.0.0.1:1")
-	if c.ActivationBound() != b.ActivationBound() || c.CloseBound() != b.CloseBound() {
-		t.Fatalf("client bounds %v/%v, routes %v/%v", c.ActivationBound(), c.CloseBound(), b.ActivationBound(), b.CloseBound())
+	if b := testBroker("tcp://127.0.0.1:1"); c.CloseBound() != b.CloseTimeout.D() {
+		t.Fatalf("client close bound %v, close_timeout %v", c.CloseBound(), b.CloseTimeout.D())
 	}
 	// Defaults: a zero configuration takes the routes defaults.
 	d, err := New("mqtt:d", Config{Broker: routes.Broker{URL: "tcp://127.0.0.1:1883"}, Session: "s"})
@@ -87,6 +87,38 @@ func TestActivationBoundIsAdmissions(t *testing.T) {
 	want, _ := admission.MQTTActivationBound(routes.DefaultMQTTConnectTimeout, routes.DefaultMQTTReconcileTimeout, routes.DefaultMQTTUnmatchedGrace)
 	if d.ActivationBound() != want || d.ClientID() != "leasebridge-s" || d.StatusTopic() != "leasebridge/s/status" {
 		t.Fatalf("defaults: bound %v (want %v), client id %s, status %s", d.ActivationBound(), want, d.ClientID(), d.StatusTopic())
+	}
+}
+
+// A broker whose CA or password file is missing, or whose password_env is
+// unset, is not built, unless the configuration allows missing deployment
+// inputs (admit away from the deployment): then it reports its bounds and
+// Open fails with the missing input, before any connection.
+func TestMissingInputsAllowedOnlyForBounds(t *testing.T) {
+	missing := t.TempDir() + "/absent.pem"
+	env := "LEASEBRIDGE_TEST_UNSET_PASSWORD"
+	t.Setenv(env, "") // restored after the test
+	os.Unsetenv(env)
+	for name, edit := range map[string]func(*routes.Broker){
+		"ca_file":       func(b *routes.Broker) { b.URL, b.TLS = "ssl://127.0.0.1:1", &routes.TLS{CAFile: missing} },
+		"password_file": func(b *routes.Broker) { b.Username, b.PasswordFile = "u", missing },
+		"password_env":  func(b *routes.Broker) { b.Username, b.PasswordEnv = "u", env },
+	} {
+		b := testBroker("tcp://127.0.0.1:1")
+		edit(&b)
+		if _, err := New("mqtt:x", Config{Broker: b, Session: "s"}); !routes.DeploymentInput(err) {
+			t.Errorf("%s missing: New gave %v, want the missing input", name, err)
+		}
+		c, err := New("mqtt:x", Config{Broker: b, Session: "s", AllowMissingInputs: true})
+		if err != nil {
+			t.Fatalf("%s missing, allowed: %v", name, err)
+		}
+		if c.ActivationBound() != projectBound(t) || c.CloseBound() != b.CloseTimeout.D() {
+			t.Errorf("%s missing: bounds %v/%v", name, c.ActivationBound(), c.CloseBound())
+		}
+		if err := c.Open(context.Background()); !routes.DeploymentInput(err) || c.ConnectAttempts() != 0 {
+			t.Errorf("%s missing: Open gave %v after %d connect attempts, want the missing input and none", name, err, c.ConnectAttempts())
+		}
 	}
 }
 

@@ -273,6 +273,9 @@ func reserve(bound time.Duration) time.Duration { return min(bound/20, 100*time.
 // ctx bounds Open only: the connection then lives, reconnecting by itself,
 // until Close.
 func (c *Client) Open(ctx context.Context) error {
+	if c.s.missing != nil {
+		return c.s.missing
+	}
 	start := time.Now()
 	c.opMu.Lock()
 	defer c.opMu.Unlock()

@@ -65,6 +65,12 @@ type Config struct {
 	// delivered to the next owner, which uses the same fixed client id.
 	// Routes that must not act on stale requests (device writes) set it.
 	CleanSession bool
+	// AllowMissingInputs builds the client although a TLS or password file
+	// it names cannot be read or its password_env is not set (inputs the
+	// deployment provides; see routes.DeploymentInput): admission away from
+	// the deployment still learns its bounds. Open then fails with the
+	// missing input.
+	AllowMissingInputs bool
 }
 
 // brokerURL is the broker's URL. It prints redacted (a password in its
@@ -90,6 +96,9 @@ type settings struct {
 	tls         *tls.Config
 	creds       routes.Credentials
 	clean       bool
+	// missing is the deployment input the client was built without
+	// (Config.AllowMissingInputs); Open refuses while it is set.
+	missing error
 }
 
 func resolve(cfg Config) (*settings, error) {
@@ -151,7 +160,10 @@ func resolve(cfg Config) (*settings, error) {
 	}
 	if secure {
 		if s.tls, err = tlsConfig(b.TLS); err != nil {
-			return nil, fmt.Errorf("%w: broker %s: %w", ErrConfig, shown, err)
+			err = fmt.Errorf("%w: broker %s: %w", ErrConfig, shown, err)
+			if !s.tolerate(cfg, err) {
+				return nil, err
+			}
 		}
 	}
 	if b.PasswordFile != "" && b.PasswordEnv != "" {
@@ -159,10 +171,22 @@ func resolve(cfg Config) (*settings, error) {
 	}
 	// Read once now so a missing file or variable fails at build time, not
 	// first at activation; every connect reads it again (rotation).
-	if _, err := s.password(); err != nil {
+	if _, err := s.password(); err != nil && !s.tolerate(cfg, err) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// tolerate records err as the missing input and reports true when it is
+// one and cfg allows it.
+func (s *settings) tolerate(cfg Config, err error) bool {
+	if !cfg.AllowMissingInputs || !routes.DeploymentInput(err) {
+		return false
+	}
+	if s.missing == nil {
+		s.missing = err
+	}
+	return true
 }
 
 // password reads the password from its file or environment variable.

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/leasebridge/leasebridge/failover"
 	"github.com/leasebridge/leasebridge/routes"
 	"github.com/leasebridge/leasebridge/transports/transporttest"
 	// The Modbus kinds, whose keys an opcua device refuses by name.
@@ -191,8 +192,12 @@ func TestEntriesWithOneEndpointAreRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		reports, errs := failover.Admit(cfg, false)
+		if len(errs) > 0 {
+			t.Fatalf("%s: preflight: %v", c.name, errs)
+		}
 		got := map[string][]string{}
-		for _, r := range cfg.Admit() {
+		for _, r := range reports {
 			got[r.Session] = r.Refusals
 		}
 		if c.endpoint == "" {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/leasebridge/leasebridge/failover"
 	"github.com/leasebridge/leasebridge/routes"
 	"github.com/leasebridge/leasebridge/transports/transporttest"
 	// The opcua kind, whose keys an s7 device refuses by name.
@@ -127,8 +128,12 @@ func TestOneCPUTwiceIsRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		reports, errs := failover.Admit(cfg, false)
+		if len(errs) > 0 {
+			t.Fatal(errs)
+		}
 		var out []string
-		for _, r := range cfg.Admit() {
+		for _, r := range reports {
 			out = append(out, r.Refusals...)
 		}
 		return strings.Join(out, "\n")

@@ -1,0 +1,92 @@
+package failover
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasebridge/leasebridge/routes"
+	"github.com/leasebridge/leasebridge/transports"
+)
+
+// probeKind is a device kind that counts how often its transport is built;
+// it is never opened.
+const probeKind = "built_probe"
+
+var probeBuilds atomic.Int64
+
+// stubTransport is a transport that reports the bounds it is given and
+// never opens: Preflight builds it, admission sums its bounds.
+type stubTransport struct {
+	name    string
+	bound   time.Duration
+	closing time.Duration
+}
+
+func (p *stubTransport) Name() string                   { return p.name }
+func (p *stubTransport) ActivationBound() time.Duration { return p.bound }
+func (p *stubTransport) CloseBound() time.Duration      { return p.closing }
+func (p *stubTransport) Open(context.Context) error     { return errors.New("stub: never opened") }
+func (p *stubTransport) Close(context.Context) error    { return nil }
+func (p *stubTransport) State() transports.State        { return transports.State{} }
+
+// NewStubTransport gives the external tests a stubTransport.
+func NewStubTransport(name string, bound, closing time.Duration) transports.Transport {
+	return &stubTransport{name: name, bound: bound, closing: closing}
+}
+
+func init() {
+	routes.RegisterKind(routes.DeviceKind{Name: probeKind, Endpoint: func(d *routes.Device) (routes.Endpoint, error) {
+		return routes.Endpoint{ID: probeKind + ":" + d.Address}, nil
+	}})
+	transports.Register(probeKind, func(name string, _ any) (transports.Transport, error) {
+		probeBuilds.Add(1)
+		return NewStubTransport(name, time.Second, time.Second), nil
+	})
+}
+
+// The first term of a session opens the device Preflight built; later
+// terms build their own, so a run builds each device once before its
+// first term and once per later term.
+func TestFirstTermUsesThePreflightDevice(t *testing.T) {
+	cfg, err := routes.Parse("cfg.yaml", []byte(`deployment_mode: clustered
+lease_store: {endpoints: [http://127.0.0.1:2379]}
+brokers:
+  local: {url: tcp://127.0.0.1:1883}
+devices:
+  dev: {kind: `+probeKind+`, address: a, groups: [{name: g, tags: [{name: t, address: x, type: int16}]}]}
+routes:
+  - {name: r1, session: s, kind: poll, device: dev, broker: local}
+  - {name: r2, session: s, kind: poll, device: dev, broker: local}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	probeBuilds.Store(0)
+	built, errs := Preflight(cfg, true)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	pre := built.devices["dev"]
+	if _, err := New(Options{Config: &routes.Config{}, Built: built}); err == nil {
+		t.Error("New accepted a Built of another configuration")
+	}
+	s := &session{sup: &Supervisor{o: Options{Config: cfg, Built: built}}, name: "s", routes: routesBySession(cfg)["s"]}
+	first, err := s.build(1, "o")
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := s.build(2, "o")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pre == nil || first.devices["dev"] != pre || second.devices["dev"] == pre {
+		t.Errorf("preflight %p, first term %p, second term %p: want the first term to open the preflight's, the second its own",
+			pre, first.devices["dev"], second.devices["dev"])
+	}
+	if n := probeBuilds.Load(); n != 2 {
+		t.Errorf("the device was built %d times for preflight and two terms, want 2", n)
+	}
+}
