@@ -234,3 +234,65 @@ func TestConfigValidateRefusesLateFence(t *testing.T) {
 		t.Fatalf("fence_after = lease_ttl accepted: %v", err)
 	}
 }
+
+// pollUntil answers the core's reads with r until it asks for something
+// else, and returns that step and its instant.
+func pollUntil(t *testing.T, c *Core, now time.Duration, r Result) (Step, time.Duration) {
+	t.Helper()
+	s := c.Tick(now)
+	for i := 0; i < 1000; i++ {
+		if s.Op.Kind != OpRead {
+			if s.WakeAt == Never {
+				t.Fatalf("core idle at %v: %+v", now, s)
+			}
+			now = s.WakeAt
+			s = c.Tick(now)
+			continue
+		}
+		now += time.Millisecond
+		if s = c.Done(now, r); s.Op.Kind != OpNone {
+			return s, now
+		}
+	}
+	t.Fatal("no takeover after 1000 polls")
+	return Step{}, 0
+}
+
+// A deferring standby takes another owner's stale row TakeoverDeferral
+// later than lease_ttl, and a free row TakeoverDeferral after it first
+// saw it free; a deferral for another owner, or none, changes nothing.
+func TestDeferDelaysTakeoverOnly(t *testing.T) {
+	cfg := testConfig(t, testTiming, 100*time.Millisecond)
+	d, err := admission.TakeoverDeferral(testTiming)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.TakeoverDeferral = d
+	pb, _ := admission.PollBoundary(cfg.AcquirePollInterval)
+	stale := Result{Row: Row{Owner: "n2#b", Node: "n2", Epoch: 3, Timing: cfg.RowTiming()}, Version: 7}
+	free := Result{Row: Row{Epoch: 3}, Version: 8}
+	for _, tc := range []struct {
+		name     string
+		r        Result
+		owner    string
+		on       bool
+		min, max time.Duration // of the takeover instant, first read at 1ms
+	}{
+		{"stale, not deferred", stale, "", false, cfg.LeaseTTL, cfg.LeaseTTL + pb + 10*time.Millisecond},
+		{"stale, deferred", stale, "n2#b", true, cfg.LeaseTTL + d, cfg.LeaseTTL + d + pb + 10*time.Millisecond},
+		{"stale, other owner deferred", stale, "n3#c", true, cfg.LeaseTTL, cfg.LeaseTTL + pb + 10*time.Millisecond},
+		{"free, not deferred", free, "", false, 0, 2 * time.Millisecond},
+		{"free, deferred", free, "", true, d, d + pb + 10*time.Millisecond},
+	} {
+		c, err := NewCore(cfg, me, "k", rand.New(rand.NewPCG(3, 4)), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Defer(tc.owner, tc.on)
+		s, at := pollUntil(t, c, 0, tc.r)
+		op := wantOp(t, s, OpCAS)
+		if at < tc.min || at > tc.max || op.Expect != tc.r.Version {
+			t.Errorf("%s: takeover CAS at %v expecting %d, want in [%v, %v] expecting %d", tc.name, at, op.Expect, tc.min, tc.max, tc.r.Version)
+		}
+	}
+}
