@@ -87,6 +87,14 @@ func (f *fleet) run(ctx context.Context) {
 	ctl := f.store.WatchControl(ctx)
 	tick := time.NewTicker(f.interval)
 	defer tick.Stop()
+	// With spread, one more heartbeat when the start window ends
+	// (deferTakeovers): the taker of a free row takes it then.
+	var window <-chan time.Time
+	if f.deferral > 0 {
+		t := time.NewTimer(f.startWindow())
+		defer t.Stop()
+		window = t.C
+	}
 	for {
 		f.reconcile(ctx)
 		f.heartbeat(ctx)
@@ -95,9 +103,18 @@ func (f *fleet) run(ctx context.Context) {
 			return
 		case <-ctl:
 		case <-tick.C:
+		case <-window:
+			window = nil
 		}
 	}
 }
+
+// startWindow is how long a starting node defers every free row, so that
+// the rows of nodes started with it are in its view: half the takeover
+// deferral, pb + 1.5*C. Then a free row's taker takes it within a poll and
+// a call, before the others' deferral (2*pb + 3*C after they first saw it
+// free) ends.
+func (f *fleet) startWindow() time.Duration { return f.deferral / 2 }
 
 func (f *fleet) call(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, f.ttl)
@@ -290,11 +307,12 @@ func (f *fleet) heartbeat(ctx context.Context) {
 
 // deferTakeovers tells every lease manager, with spread, whether this
 // node is the taker of its row (takers): a standby that is not defers its
-// takeover of a dead holder's row by the admitted takeover_deferral, so
-// the taker wins it and no session moves twice. A free row is deferred
-// only while the node starts (for one node interval whatever its view,
-// then unless it is the taker, for at most takeover_deferral): nodes
-// starting together land spread at once. A session with a handover
+// takeover of a dead holder's row (and of the row it releases in a
+// handover) by the admitted takeover_deferral, so the taker wins it and no
+// session moves twice. A free row is deferred only while the node starts
+// (for the start window whatever its view, then unless it is the taker,
+// for at most takeover_deferral): nodes starting together land spread at
+// once. A session with a handover
 // request this node may answer is never deferred.
 func (f *fleet) deferTakeovers(rows map[string]lease.VersionedRow, nodes map[string]lease.NodeRow) {
 	holders := map[string]string{}
@@ -316,7 +334,7 @@ func (f *fleet) deferTakeovers(rows map[string]lease.VersionedRow, nodes map[str
 		case asked && (req.To == "" || req.To == f.node), r.Owner == f.sv.o.Identity.Owner:
 			on = false
 		case r.Owner == "":
-			on = age < f.interval || (age < f.deferral && on)
+			on = age < f.startWindow() || (age < f.deferral && on)
 		case r.Node == f.node:
 			on = false // this node's predecessor's row: nobody else is its taker
 		}

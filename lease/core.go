@@ -201,6 +201,8 @@ type Core struct {
 	// deferOwner ("" for a free row) and waits TakeoverDeferral longer.
 	deferOn    bool
 	deferOwner string
+	// lastHolder is the owner of the last held row this core read.
+	lastHolder string
 }
 
 func init() {
@@ -248,15 +250,28 @@ func (c *Core) SetFed(on bool) { c.fed = on }
 // by owner ("" for a free row: missing or released). With on, it takes
 // such a row only Config.TakeoverDeferral later than it otherwise would:
 // after lease_ttl plus the deferral on an unchanged revision of owner's
-// row, or the deferral after it first saw the row free. Its own row is
-// never deferred. A deferral only ever delays a takeover, so it cannot
-// make two owners; admission adds it to the owner-death budget.
+// row, or the deferral after it first saw the row free. A row owner
+// released in a planned handover or an orderly stop (release cause
+// handover) right after this core saw it held counts as owner's too; a
+// release for a lost path does not, as its budget holds no deferral. Its
+// own row is never deferred. A deferral only ever delays a takeover, so it
+// cannot make two owners; admission adds it to the owner-death budget.
 func (c *Core) Defer(owner string, on bool) { c.deferOwner, c.deferOn = owner, on }
 
 // deferred reports whether the takeover of row waits the deferral.
 func (c *Core) deferred(row Row) bool {
-	return c.deferOn && c.cfg.TakeoverDeferral > 0 && row.Owner == c.deferOwner && row.Owner != c.id.Owner
+	switch {
+	case !c.deferOn || c.cfg.TakeoverDeferral <= 0 || row.Owner == c.id.Owner:
+		return false
+	case row.Owner != "" || c.deferOwner == "":
+		return row.Owner == c.deferOwner
+	}
+	return c.lastHolder == c.deferOwner && row.Release != nil && row.Release.Cause == ReleaseCauseHandover
 }
+
+// ReleaseCauseHandover is the Release.Cause of a planned handover or an
+// orderly stop.
+const ReleaseCauseHandover = "handover"
 
 // WantsFeed reports whether Feed would act now: a fed standby with no
 // call outstanding and no release asked for.
@@ -507,6 +522,9 @@ func (c *Core) onAcquireRead(now time.Duration, r Result, s *Step) {
 	wait := time.Duration(0)
 	if c.deferred(row) {
 		wait = c.cfg.TakeoverDeferral
+	}
+	if row.Owner != "" {
+		c.lastHolder = row.Owner
 	}
 	switch {
 	case free && wait == 0:

@@ -296,3 +296,34 @@ func TestDeferDelaysTakeoverOnly(t *testing.T) {
 		}
 	}
 }
+
+// A row its deferred holder released in a handover right after this core
+// saw it held is deferred too; one released for a lost path is not.
+func TestDeferFollowsAHandoverRelease(t *testing.T) {
+	cfg := testConfig(t, testTiming, 100*time.Millisecond)
+	d, err := admission.TakeoverDeferral(testTiming)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.TakeoverDeferral = d
+	pb, _ := admission.PollBoundary(cfg.AcquirePollInterval)
+	held := Result{Row: Row{Owner: "n2#b", Node: "n2", Epoch: 3, Timing: cfg.RowTiming()}, Version: 7}
+	for _, tc := range []struct {
+		cause    string
+		min, max time.Duration // of the takeover after the first read of the released row
+	}{{ReleaseCauseHandover, d, d + pb + time.Millisecond}, {"device_path", 0, 0}} {
+		c, err := NewCore(cfg, me, "k", rand.New(rand.NewPCG(5, 6)), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Defer("n2#b", true)
+		wantOp(t, c.Tick(0), OpRead)
+		wake := c.Done(time.Millisecond, held).WakeAt
+		first := wake + time.Millisecond // pollUntil answers 1ms after each read
+		released := Result{Row: Row{Epoch: 3, Release: &Release{Cause: tc.cause}}, Version: 8}
+		s, at := pollUntil(t, c, wake, released)
+		if op := wantOp(t, s, OpCAS); op.Expect != 8 || at-first < tc.min || at-first > tc.max {
+			t.Errorf("%s release: CAS expecting %d %v after the first read, want in [%v, %v]", tc.cause, op.Expect, at-first, tc.min, tc.max)
+		}
+	}
+}

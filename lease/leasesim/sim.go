@@ -418,9 +418,10 @@ func timingOf(sc scenario, maxFails int) admission.Timing {
 }
 
 // budgets are the takeover budgets of standby b after owner v dies or
-// releases: the owner-death budget (with spread, its takeover deferral) with the larger of both lease_ttl
+// releases: the owner-death budget with the larger of both lease_ttl
 // values and b's own poll interval and call timeout (A = S = 0), and two
-// of b's poll boundaries and calls after a release.
+// of b's poll boundaries and calls after a release; with spread, both plus
+// the takeover deferral.
 func (s *sim) budgets(v, b *node) (ownerDeath, release int64, err error) {
 	t := timingOf(b.sc, b.cfg.MaxRenewFails)
 	t.LeaseTTL = max(v.sc.l, b.sc.l)
@@ -435,7 +436,17 @@ func (s *sim) budgets(v, b *node) (ownerDeath, release int64, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	return int64(od.Total), int64(2*pb + 2*t.RenewCallTimeout), nil
+	release = int64(2*pb + 2*t.RenewCallTimeout)
+	if s.o.Spread && !s.o.ForgetDeferral {
+		// A handover's other standbys defer too; the drawn taker may be
+		// dead or stuck.
+		d, err := admission.TakeoverDeferral(t)
+		if err != nil {
+			return 0, 0, err
+		}
+		release += int64(d)
+	}
+	return int64(od.Total), release, nil
 }
 
 func (s *sim) tracef(format string, args ...any) {
@@ -658,6 +669,11 @@ func (s *sim) apply(who string, op lease.Op) lease.Result {
 	case lease.OpCAS:
 		r.Version, r.Err = s.store.CompareAndSwap(ctx, op.Key, op.Expect, op.Row)
 	case lease.OpRelease:
+		if s.o.Spread {
+			// As failover releases in a handover or an orderly stop: the
+			// holder's deferred standbys defer the released row too.
+			op.Row.Release = &lease.Release{Cause: lease.ReleaseCauseHandover}
+		}
 		r.Err = s.store.Release(ctx, op.Key, op.Expect, op.Row)
 	}
 	if r.Err == nil && (op.Kind == lease.OpCAS || op.Kind == lease.OpRelease) {
