@@ -26,6 +26,10 @@ type fleet struct {
 	// deferral of the node's sessions (0 without spread).
 	started  time.Time
 	deferral time.Duration
+	// heldDefer is the deferral last set for each session while its row
+	// was held (run's goroutine only): it stays set after the holder
+	// releases the row in a handover.
+	heldDefer map[string]heldDeferral
 
 	mu       sync.Mutex
 	draining bool
@@ -39,7 +43,7 @@ type fleet struct {
 
 func newFleet(sv *Supervisor, store lease.Fleet) *fleet {
 	f := &fleet{sv: sv, store: store, node: sv.o.Node, acted: map[string]uint64{}, seen: map[string]lease.VersionedRow{},
-		seenAt: map[string]time.Time{}, notify: make(chan struct{})}
+		seenAt: map[string]time.Time{}, notify: make(chan struct{}), heldDefer: map[string]heldDeferral{}}
 	for _, r := range sv.o.Reports {
 		f.all = append(f.all, r.Session)
 		t := r.Timing
@@ -329,17 +333,30 @@ func (f *fleet) deferTakeovers(rows map[string]lease.VersionedRow, nodes map[str
 	for _, s := range f.sv.sessions {
 		r := rows[s.name].Row
 		req, asked := requests[s.name]
-		on := take[s.name] != f.node
+		d := heldDeferral{owner: r.Owner, on: take[s.name] != f.node}
 		switch {
 		case asked && (req.To == "" || req.To == f.node), r.Owner == f.sv.o.Identity.Owner:
-			on = false
+			d.on = false
+		case r.Owner == "" && age < f.deferral:
+			d.on = age < f.startWindow() || d.on
 		case r.Owner == "":
-			on = age < f.startWindow() || (age < f.deferral && on)
+			// Released: the deferral set while it was held still applies
+			// to a handover release (lease.Core.Defer).
+			d = f.heldDefer[s.name]
 		case r.Node == f.node:
-			on = false // this node's predecessor's row: nobody else is its taker
+			d.on = false // this node's predecessor's row: nobody else is its taker
 		}
-		s.manager().Defer(r.Owner, on)
+		if r.Owner != "" {
+			f.heldDefer[s.name] = d
+		}
+		s.manager().Defer(d.owner, d.on)
 	}
+}
+
+// heldDeferral is one lease.Manager.Defer setting.
+type heldDeferral struct {
+	owner string
+	on    bool
 }
 
 // pull asks, through the store, for one session this node should run
