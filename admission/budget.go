@@ -84,6 +84,10 @@ type Inputs struct {
 	// bounds add up to the activation term and their close bounds to the
 	// close bound of the self-fence rule.
 	Transports []Activation
+	// Spread is the file's spread: a standby that is not a stale row's
+	// desired taker defers its takeover by TakeoverDeferral, which the
+	// owner-death budget then includes.
+	Spread bool
 }
 
 // Budget is one failure mode's worst case, term by term.
@@ -113,9 +117,13 @@ type Report struct {
 	DevicePathFailover string
 	// DevicePathCooldown is the resolved device_path_cooldown; 0 when off.
 	DevicePathCooldown time.Duration
-	FailoverSLO        *time.Duration
-	Activation         time.Duration
-	CloseBound         time.Duration
+	// TakeoverDeferral is how much longer than lease_ttl a standby that
+	// is not a row's desired taker waits before taking it over; 0 without
+	// spread.
+	TakeoverDeferral time.Duration
+	FailoverSLO      *time.Duration
+	Activation       time.Duration
+	CloseBound       time.Duration
 	// FenceAfter is how long after sending its last successful renew the
 	// owner must have closed its transports: lease_ttl - close bound -
 	// clock-rate margin. The lease manager cancels the owner context then.
@@ -145,6 +153,34 @@ func ClockRateMargin(leaseTTL time.Duration) time.Duration {
 // OwnerDeath is the owner-death budget:
 // L + 2*pb + (1 + ceil(L/mjp))*C + A + S.
 func OwnerDeath(t Timing, activation, startup time.Duration) (Budget, error) {
+	return ownerDeath(t, activation, startup, false)
+}
+
+// OwnerDeathSpread is the owner-death budget with spread on: a standby
+// that is not the desired taker of the dead owner's row takes it only
+// after the takeover deferral, so when the desired taker is dead or stuck
+// too the others take over that much later:
+// L + 2*pb + (1 + ceil(L/mjp))*C + A + S + (2*pb + 3*C).
+func OwnerDeathSpread(t Timing, activation, startup time.Duration) (Budget, error) {
+	return ownerDeath(t, activation, startup, true)
+}
+
+// TakeoverDeferral is 2*pb + 3*C: long enough that the desired taker,
+// which saw the row's last revision at most pb + C before another standby
+// did and wins it within one more pb + C of lease_ttl, has written its
+// row before that standby's read, sent up to C before its response, can
+// find the old revision.
+func TakeoverDeferral(t Timing) (time.Duration, error) {
+	var c calc
+	pb, err := PollBoundary(t.AcquirePollInterval)
+	if err != nil {
+		return 0, fmt.Errorf("%w (takeover_deferral)", err)
+	}
+	d := c.add("takeover_deferral", c.mul("takeover_deferral", pb, 2), c.mul("takeover_deferral", t.RenewCallTimeout, 3))
+	return d, c.err
+}
+
+func ownerDeath(t Timing, activation, startup time.Duration, spread bool) (Budget, error) {
 	var c calc
 	pb, err := PollBoundary(t.AcquirePollInterval)
 	if err != nil {
@@ -161,6 +197,13 @@ func OwnerDeath(t Timing, activation, startup time.Duration) (Budget, error) {
 		{"observation_calls", c.mul("observation_calls", t.RenewCallTimeout, rounds)},
 		{"activation", activation},
 		{"startup_allowance", startup},
+	}
+	if spread {
+		d, err := TakeoverDeferral(t)
+		if err != nil {
+			return Budget{}, err
+		}
+		terms = append(terms, Term{"takeover_deferral", d})
 	}
 	return total(&c, terms)
 }
@@ -328,11 +371,14 @@ func Evaluate(in Inputs) Report {
 			fs(t.RenewCallTimeout), fs(t.RenewInterval), fs(t.RenewJitter/2), fs(t.RenewCallTimeout), fs(r.CloseBound), fs(margin), fs(need), fs(t.LeaseTTL))
 	}
 
-	od, err := OwnerDeath(t, r.Activation, in.StartupAllowance)
+	od, err := ownerDeath(t, r.Activation, in.StartupAllowance, in.Spread)
 	if err != nil {
 		refuse("owner-death budget: %v", err)
 	} else {
 		r.OwnerDeath = od
+	}
+	if in.Spread && err == nil {
+		r.TakeoverDeferral, _ = TakeoverDeferral(t) // computed by ownerDeath
 	}
 	r.BrokerPathFailover = brokerPathState(in.BrokerHealth)
 	if in.BrokerHealth.Mode == BrokerHealthOn {

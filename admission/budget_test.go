@@ -130,6 +130,13 @@ func TestBudgetsAgreeWithReference(t *testing.T) {
 		if want := admissiontest.OwnerDeath(ref); want.Int64() != int64(od.Total) {
 			t.Fatalf("inputs %+v: owner death %d, reference %s", ref, od.Total, want)
 		}
+		ods, err := admission.OwnerDeathSpread(tm, a, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := admissiontest.OwnerDeathSpread(ref); want.Int64() != int64(ods.Total) {
+			t.Fatalf("inputs %+v: owner death with spread %d, reference %s", ref, ods.Total, want)
+		}
 		bp, err := admission.BrokerPath(tm, b, a, s)
 		if err != nil {
 			t.Fatal(err)
@@ -305,5 +312,42 @@ func TestFormatSeconds(t *testing.T) {
 	}
 	if got := admission.FormatSecondsShort(75555555555); got != "75.56s" {
 		t.Errorf("FormatSecondsShort = %s", got)
+	}
+}
+
+// Spread adds the takeover deferral to the owner-death budget as its own
+// term, and to nothing else; without spread the report is unchanged.
+func TestSpreadAddsTakeoverDeferral(t *testing.T) {
+	in := inputs(nil, admission.BrokerHealth{Mode: admission.BrokerHealthOff})
+	off := admission.Evaluate(in)
+	in.Spread = true
+	on := admission.Evaluate(in)
+	if !off.Admitted() || !on.Admitted() {
+		t.Fatalf("refused: %v %v", off.Refusals, on.Refusals)
+	}
+	d, err := admission.TakeoverDeferral(in.Timing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pb, _ := admission.PollBoundary(in.Timing.AcquirePollInterval)
+	if d != 2*pb+3*in.Timing.RenewCallTimeout || on.TakeoverDeferral != d || off.TakeoverDeferral != 0 {
+		t.Fatalf("takeover deferral %s, report %s (off: %s)", d, on.TakeoverDeferral, off.TakeoverDeferral)
+	}
+	last := on.OwnerDeath.Terms[len(on.OwnerDeath.Terms)-1]
+	if on.OwnerDeath.Total != off.OwnerDeath.Total+d || last != (admission.Term{Name: "takeover_deferral", Value: d}) {
+		t.Fatalf("owner death with spread %+v, without %+v", on.OwnerDeath, off.OwnerDeath)
+	}
+	for _, term := range off.OwnerDeath.Terms {
+		if term.Name == "takeover_deferral" {
+			t.Fatalf("owner death without spread has a takeover deferral: %+v", off.OwnerDeath)
+		}
+	}
+}
+
+// A takeover deferral that overflows is refused, naming the term.
+func TestTakeoverDeferralOverflowRefused(t *testing.T) {
+	tm := explicit(time.Hour, time.Minute, 0, time.Duration(math.MaxInt64/2), time.Minute, time.Minute)
+	if _, err := admission.TakeoverDeferral(tm); err == nil || !strings.Contains(err.Error(), "takeover_deferral") {
+		t.Fatalf("overflowing deferral: %v", err)
 	}
 }

@@ -37,6 +37,12 @@ func FuzzEvaluate(f *testing.F) {
 			}
 			return
 		}
+		spread := admission.Evaluate(admission.Inputs{Session: "f", Timing: tm, StartupAllowance: time.Duration(s), Spread: true,
+			BrokerHealth: admission.BrokerHealth{Mode: admission.BrokerHealthOff},
+			Transports:   []admission.Activation{{Name: "x", Bound: time.Duration(a)}}})
+		if ods := admissiontest.OwnerDeathSpread(ref); spread.Admitted() && (!admissiontest.Fits(ods) || int64(spread.OwnerDeath.Total) != ods.Int64()) {
+			t.Fatalf("owner death with spread %d, reference %s", spread.OwnerDeath.Total, ods)
+		}
 		if rep.Admitted() {
 			if int64(rep.OwnerDeath.Total) != od.Int64() || int64(rep.BrokerPath.Total) != bp.Int64() || int64(rep.DevicePath.Total) != dp.Int64() {
 				t.Fatalf("budgets %d/%d, reference %s/%s", rep.OwnerDeath.Total, rep.BrokerPath.Total, od, bp)

@@ -22,6 +22,14 @@ type fleet struct {
 	interval, ttl time.Duration
 	// all are every session of the file, eligible here or not.
 	all []string
+	// started is when run began; deferral is the longest takeover
+	// deferral of the node's sessions (0 without spread).
+	started  time.Time
+	deferral time.Duration
+	// heldDefer is the deferral last set for each session while its row
+	// was held (run's goroutine only): it stays set after the holder
+	// releases the row in a handover.
+	heldDefer map[string]heldDeferral
 
 	mu       sync.Mutex
 	draining bool
@@ -35,7 +43,7 @@ type fleet struct {
 
 func newFleet(sv *Supervisor, store lease.Fleet) *fleet {
 	f := &fleet{sv: sv, store: store, node: sv.o.Node, acted: map[string]uint64{}, seen: map[string]lease.VersionedRow{},
-		seenAt: map[string]time.Time{}, notify: make(chan struct{})}
+		seenAt: map[string]time.Time{}, notify: make(chan struct{}), heldDefer: map[string]heldDeferral{}}
 	for _, r := range sv.o.Reports {
 		f.all = append(f.all, r.Session)
 		t := r.Timing
@@ -43,8 +51,16 @@ func newFleet(sv *Supervisor, store lease.Fleet) *fleet {
 			f.interval = t.RenewInterval
 		}
 		f.ttl = max(f.ttl, t.LeaseTTL)
+		f.deferral = max(f.deferral, r.TakeoverDeferral)
 	}
 	sort.Strings(f.all)
+	if sv.o.Config.Spread {
+		// Until the first view of the other nodes, a starting node takes
+		// no free row at once: one started with it may be its taker.
+		for _, s := range sv.sessions {
+			s.manager().Defer("", true)
+		}
+	}
 	return f
 }
 
@@ -71,9 +87,18 @@ func (f *fleet) isDraining() bool {
 // ends. A watch delivers requests at once; every interval the requests
 // are read again, so a broken watch delays them by at most that.
 func (f *fleet) run(ctx context.Context) {
+	f.started = time.Now()
 	ctl := f.store.WatchControl(ctx)
 	tick := time.NewTicker(f.interval)
 	defer tick.Stop()
+	// With spread, one more heartbeat when the start window ends
+	// (deferTakeovers): the taker of a free row takes it then.
+	var window <-chan time.Time
+	if f.deferral > 0 {
+		t := time.NewTimer(f.startWindow())
+		defer t.Stop()
+		window = t.C
+	}
 	for {
 		f.reconcile(ctx)
 		f.heartbeat(ctx)
@@ -82,9 +107,18 @@ func (f *fleet) run(ctx context.Context) {
 			return
 		case <-ctl:
 		case <-tick.C:
+		case <-window:
+			window = nil
 		}
 	}
 }
+
+// startWindow is how long a starting node defers every free row, so that
+// the rows of nodes started with it are in its view: half the takeover
+// deferral, pb + 1.5*C. Then a free row's taker takes it within a poll and
+// a call, before the others' deferral (2*pb + 3*C after they first saw it
+// free) ends.
+func (f *fleet) startWindow() time.Duration { return f.deferral / 2 }
 
 func (f *fleet) call(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, f.ttl)
@@ -261,7 +295,68 @@ func (f *fleet) heartbeat(ctx context.Context) {
 		}
 		f.sv.o.Metrics.SessionUnowned.WithLabelValues(name).Set(v)
 	}
-	f.pull(ctx, rows, owned)
+	var nodes map[string]lease.NodeRow
+	if f.sv.o.Config.Spread {
+		cctx, cancel := f.call(ctx)
+		nodes, err = f.store.Nodes(cctx)
+		cancel()
+		if err != nil {
+			f.sv.o.Logger.Warn("fleet: read node rows", "err", err)
+			return
+		}
+		f.deferTakeovers(rows, nodes)
+	}
+	f.pull(ctx, rows, owned, nodes)
+}
+
+// deferTakeovers tells every lease manager, with spread, whether this
+// node is the taker of its row (takers): a standby that is not defers its
+// takeover of a dead holder's row (and of the row it releases in a
+// handover) by the admitted takeover_deferral, so the taker wins it and no
+// session moves twice. A free row is deferred only while the node starts
+// (for the start window whatever its view, then unless it is the taker,
+// for at most takeover_deferral): nodes starting together land spread at
+// once. A session with a handover
+// request this node may answer is never deferred.
+func (f *fleet) deferTakeovers(rows map[string]lease.VersionedRow, nodes map[string]lease.NodeRow) {
+	holders := map[string]string{}
+	for name, r := range rows {
+		if r.Row.Owner != "" {
+			holders[name] = r.Row.Node
+		}
+	}
+	take := takers(f.all, liveEligible(f.all, nodes, time.Now().UnixNano()), holders, f.sv.o.Config.Pinning)
+	age := time.Since(f.started)
+	f.mu.Lock()
+	requests := f.control.Handovers
+	f.mu.Unlock()
+	for _, s := range f.sv.sessions {
+		r := rows[s.name].Row
+		req, asked := requests[s.name]
+		d := heldDeferral{owner: r.Owner, on: take[s.name] != f.node}
+		switch {
+		case asked && (req.To == "" || req.To == f.node), r.Owner == f.sv.o.Identity.Owner:
+			d.on = false
+		case r.Owner == "" && age < f.deferral:
+			d.on = age < f.startWindow() || d.on
+		case r.Owner == "":
+			// Released: the deferral set while it was held still applies
+			// to a handover release (lease.Core.Defer).
+			d = f.heldDefer[s.name]
+		case r.Node == f.node:
+			d.on = false // this node's predecessor's row: nobody else is its taker
+		}
+		if r.Owner != "" {
+			f.heldDefer[s.name] = d
+		}
+		s.manager().Defer(d.owner, d.on)
+	}
+}
+
+// heldDeferral is one lease.Manager.Defer setting.
+type heldDeferral struct {
+	owner string
+	on    bool
 }
 
 // pull asks, through the store, for one session this node should run
@@ -270,7 +365,7 @@ func (f *fleet) heartbeat(ctx context.Context) {
 // (desiredOwners). One request at a time: the next after the previous
 // was carried out or lapsed, so a returning node gets work back
 // gradually.
-func (f *fleet) pull(ctx context.Context, rows map[string]lease.VersionedRow, owned map[string]bool) {
+func (f *fleet) pull(ctx context.Context, rows map[string]lease.VersionedRow, owned map[string]bool, nodes map[string]lease.NodeRow) {
 	f.mu.Lock()
 	c, draining := f.control, f.draining
 	f.mu.Unlock()
@@ -285,13 +380,6 @@ func (f *fleet) pull(ctx context.Context, rows map[string]lease.VersionedRow, ow
 	cfg := f.sv.o.Config
 	want := func(s string) bool { return cfg.Pinning(s).Preferred == f.node }
 	if cfg.Spread {
-		cctx, cancel := f.call(ctx)
-		nodes, err := f.store.Nodes(cctx)
-		cancel()
-		if err != nil {
-			f.sv.o.Logger.Warn("fleet: read node rows", "err", err)
-			return
-		}
 		current := map[string]string{}
 		for name, r := range rows {
 			if owned[name] {

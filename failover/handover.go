@@ -160,6 +160,7 @@ func (s *session) take(ctx context.Context, req lease.HandoverRequest) {
 	ctx, cancel := context.WithTimeout(ctx, s.handoverBudget())
 	defer cancel()
 	f := s.sup.fleet
+	s.manager().Defer("", false) // the target never defers (spread.go, takers)
 	row := f.store.WatchRow(ctx, s.name)
 	for {
 		s.manager().Poke()

@@ -126,7 +126,7 @@ const (
 	CauseDevicePath = "device_path"
 	// CauseHandover: a planned release (shutdown), or a released row that
 	// says nothing.
-	CauseHandover = "handover"
+	CauseHandover = lease.ReleaseCauseHandover
 	// CauseInitial: the row never had an owner.
 	CauseInitial = "initial"
 )

@@ -98,3 +98,53 @@ func liveEligible(sessions []string, nodes map[string]lease.NodeRow, nowNS int64
 	}
 	return out
 }
+
+// takers names, for every session, the node that should take its row
+// over: for a free row the one desiredOwners gives it now; for a held row
+// the same when that is another node (the holder is over its share and
+// that node will ask for it), otherwise the one desiredOwners would give
+// it if the holder died, computed over the live nodes without the holder,
+// the holder's sessions left out of the current owners. Every node
+// computes the same map from the same rows, so after an owner dies one
+// standby takes each row, and a row released for a pull goes to the
+// puller: no session moves twice. holders maps a held session to its
+// holder's node.
+func takers(sessions []string, eligible map[string][]string, holders map[string]string, pins func(string) routes.Pinning) map[string]string {
+	out := desiredOwners(sessions, eligible, holders, pins)
+	if out == nil {
+		out = map[string]string{}
+	}
+	for _, x := range sortedNames(invert(holders)) {
+		without := map[string][]string{}
+		for s, ns := range eligible {
+			without[s] = slices.DeleteFunc(slices.Clone(ns), func(n string) bool { return n == x })
+		}
+		rest := map[string]string{}
+		for s, n := range holders {
+			if n != x {
+				rest[s] = n
+			}
+		}
+		d := desiredOwners(sessions, without, rest, pins)
+		for s, n := range holders {
+			if n != x || (out[s] != "" && out[s] != x) {
+				continue
+			}
+			if t := d[s]; t != "" {
+				out[s] = t
+			} else {
+				delete(out, s)
+			}
+		}
+	}
+	return out
+}
+
+// invert maps every holder node to its sessions.
+func invert(holders map[string]string) map[string][]string {
+	out := map[string][]string{}
+	for s, n := range holders {
+		out[n] = append(out[n], s)
+	}
+	return out
+}

@@ -95,3 +95,49 @@ func TestDesiredOwnersHonoursPins(t *testing.T) {
 		t.Fatalf("desired %v: want p on c, q on b, x nowhere", m)
 	}
 }
+
+// takers: a held row's taker is where the assignment without its holder
+// puts it, so after c dies a and b take exactly c's sessions, 15 each, and
+// the assignment afterwards moves nothing more; a free row's taker is its
+// desired owner now.
+func TestTakersIfTheHolderDies(t *testing.T) {
+	var ss []string
+	for i := range 30 {
+		ss = append(ss, fmt.Sprintf("s%02d", i))
+	}
+	three := eligibleOn(ss, "a", "b", "c")
+	even := desiredOwners(ss, three, nil, noPins)
+	take := takers(ss, three, even, noPins)
+	after := map[string]string{}
+	for s, n := range even {
+		after[s] = n
+		if n == "c" {
+			after[s] = take[s]
+		}
+		if take[s] == n || take[s] == "" {
+			t.Fatalf("%s held by %s: taker %q", s, n, take[s])
+		}
+	}
+	if l := loads(after); l["a"] != 15 || l["b"] != 15 {
+		t.Fatalf("after c's takers took over: loads %v, want 15 each", l)
+	}
+	if n := moves(after, desiredOwners(ss, eligibleOn(ss, "a", "b"), after, noPins)); n != 0 {
+		t.Errorf("after the takeovers spread moves %d more sessions", n)
+	}
+	free := map[string]string{}
+	for s, n := range even {
+		if n != "a" {
+			free[s] = n
+		}
+	}
+	cold := takers(ss, three, free, noPins)
+	want := desiredOwners(ss, three, free, noPins)
+	for s, n := range even {
+		if n == "a" && cold[s] != want[s] {
+			t.Errorf("free %s: taker %q, want the desired owner %q", s, cold[s], want[s])
+		}
+	}
+	if len(takers(ss, nil, even, noPins)) != 0 {
+		t.Error("no live node: takers named one")
+	}
+}

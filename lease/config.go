@@ -20,6 +20,10 @@ type Config struct {
 	// FenceAfter is how long after sending its last successful renew the
 	// owner context ends: admission.Report.FenceAfter.
 	FenceAfter time.Duration
+	// TakeoverDeferral is how much longer a standby told to defer
+	// (Manager.Defer) waits before taking a row over:
+	// admission.Report.TakeoverDeferral, 0 without spread.
+	TakeoverDeferral time.Duration
 }
 
 // ConfigFromReport takes the cadence and the fence interval from an
@@ -34,6 +38,7 @@ func ConfigFromReport(r admission.Report) Config {
 		AcquirePollInterval: t.AcquirePollInterval,
 		MaxRenewFails:       t.MaxRenewFails,
 		FenceAfter:          r.FenceAfter,
+		TakeoverDeferral:    r.TakeoverDeferral,
 	}
 }
 
@@ -60,6 +65,9 @@ func (c Config) Validate() error {
 	}
 	if c.RenewJitter < 0 || c.RenewJitter/2 >= c.RenewInterval {
 		return fmt.Errorf("%w: lease_renew_jitter = %v must be >= 0 and half of it < renew_interval = %v", ErrInvalidConfig, c.RenewJitter, c.RenewInterval)
+	}
+	if c.TakeoverDeferral < 0 {
+		return fmt.Errorf("%w: takeover_deferral = %v must be >= 0", ErrInvalidConfig, c.TakeoverDeferral)
 	}
 	if c.MaxRenewFails < 1 {
 		return fmt.Errorf("%w: max_renew_fails = %d must be >= 1", ErrInvalidConfig, c.MaxRenewFails)

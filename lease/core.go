@@ -196,6 +196,13 @@ type Core struct {
 	// fed: a RowSource reads the row for this core (Feed); the core
 	// never issues its own Acquire read.
 	fed bool
+
+	// deferOn: this standby is not the desired taker of a row owned by
+	// deferOwner ("" for a free row) and waits TakeoverDeferral longer.
+	deferOn    bool
+	deferOwner string
+	// lastHolder is the owner of the last held row this core read.
+	lastHolder string
 }
 
 func init() {
@@ -238,6 +245,33 @@ func (c *Core) Pending() bool { return c.pending != pNone }
 // Every other call (compare-and-swap, renew, authoritative read, release)
 // it still issues itself.
 func (c *Core) SetFed(on bool) { c.fed = on }
+
+// Defer tells a standby whether it is the desired taker of a row owned
+// by owner ("" for a free row: missing or released). With on, it takes
+// such a row only Config.TakeoverDeferral later than it otherwise would:
+// after lease_ttl plus the deferral on an unchanged revision of owner's
+// row, or the deferral after it first saw the row free. A row owner
+// released in a planned handover or an orderly stop (release cause
+// handover) right after this core saw it held counts as owner's too; a
+// release for a lost path does not, as its budget holds no deferral. Its
+// own row is never deferred. A deferral only ever delays a takeover, so it
+// cannot make two owners; admission adds it to the owner-death budget.
+func (c *Core) Defer(owner string, on bool) { c.deferOwner, c.deferOn = owner, on }
+
+// deferred reports whether the takeover of row waits the deferral.
+func (c *Core) deferred(row Row) bool {
+	switch {
+	case !c.deferOn || c.cfg.TakeoverDeferral <= 0 || row.Owner == c.id.Owner:
+		return false
+	case row.Owner != "" || c.deferOwner == "":
+		return row.Owner == c.deferOwner
+	}
+	return c.lastHolder == c.deferOwner && row.Release != nil && row.Release.Cause == ReleaseCauseHandover
+}
+
+// ReleaseCauseHandover is the Release.Cause of a planned handover or an
+// orderly stop.
+const ReleaseCauseHandover = "handover"
 
 // WantsFeed reports whether Feed would act now: a fed standby with no
 // call outstanding and no release asked for.
@@ -484,18 +518,30 @@ func (c *Core) onAcquireRead(now time.Duration, r Result, s *Step) {
 	}
 	row, ver := r.Row, r.Version
 	c.maxEpoch = max(c.maxEpoch, row.Epoch)
+	free := ver == 0 || row.Owner == "" || row.Owner == c.id.Owner
+	wait := time.Duration(0)
+	if c.deferred(row) {
+		wait = c.cfg.TakeoverDeferral
+	}
+	if row.Owner != "" {
+		c.lastHolder = row.Owner
+	}
 	switch {
-	case ver == 0 || row.Owner == "" || row.Owner == c.id.Owner:
+	case free && wait == 0:
 		// Missing, released, or ours (a takeover whose response was lost,
 		// or a term we fenced): take it in this same call.
 		c.observed = now
 	case !c.haveBase || ver != c.baseRev:
 		// A new revision: the holder is alive at least until it was
-		// written; start the wait after this response.
+		// written; start the wait after this response. A free row waits
+		// only the deferral.
 		c.setBase(now, row, ver, s)
+		if free {
+			c.baseWait = 0
+		}
 		c.endAcquire(now)
 		return
-	case now-c.baseAt >= c.baseWait:
+	case now-c.baseAt >= c.baseWait+wait:
 		c.observed = c.baseAt
 	default:
 		c.endAcquire(now)

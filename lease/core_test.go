@@ -234,3 +234,96 @@ func TestConfigValidateRefusesLateFence(t *testing.T) {
 		t.Fatalf("fence_after = lease_ttl accepted: %v", err)
 	}
 }
+
+// pollUntil answers the core's reads with r until it asks for something
+// else, and returns that step and its instant.
+func pollUntil(t *testing.T, c *Core, now time.Duration, r Result) (Step, time.Duration) {
+	t.Helper()
+	s := c.Tick(now)
+	for i := 0; i < 1000; i++ {
+		if s.Op.Kind != OpRead {
+			if s.WakeAt == Never {
+				t.Fatalf("core idle at %v: %+v", now, s)
+			}
+			now = s.WakeAt
+			s = c.Tick(now)
+			continue
+		}
+		now += time.Millisecond
+		if s = c.Done(now, r); s.Op.Kind != OpNone {
+			return s, now
+		}
+	}
+	t.Fatal("no takeover after 1000 polls")
+	return Step{}, 0
+}
+
+// A deferring standby takes another owner's stale row TakeoverDeferral
+// later than lease_ttl, and a free row TakeoverDeferral after it first
+// saw it free; a deferral for another owner, or none, changes nothing.
+func TestDeferDelaysTakeoverOnly(t *testing.T) {
+	cfg := testConfig(t, testTiming, 100*time.Millisecond)
+	d, err := admission.TakeoverDeferral(testTiming)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.TakeoverDeferral = d
+	pb, _ := admission.PollBoundary(cfg.AcquirePollInterval)
+	stale := Result{Row: Row{Owner: "n2#b", Node: "n2", Epoch: 3, Timing: cfg.RowTiming()}, Version: 7}
+	free := Result{Row: Row{Epoch: 3}, Version: 8}
+	for _, tc := range []struct {
+		name     string
+		r        Result
+		owner    string
+		on       bool
+		min, max time.Duration // of the takeover instant, first read at 1ms
+	}{
+		{"stale, not deferred", stale, "", false, cfg.LeaseTTL, cfg.LeaseTTL + pb + 10*time.Millisecond},
+		{"stale, deferred", stale, "n2#b", true, cfg.LeaseTTL + d, cfg.LeaseTTL + d + pb + 10*time.Millisecond},
+		{"stale, other owner deferred", stale, "n3#c", true, cfg.LeaseTTL, cfg.LeaseTTL + pb + 10*time.Millisecond},
+		{"free, not deferred", free, "", false, 0, 2 * time.Millisecond},
+		{"free, deferred", free, "", true, d, d + pb + 10*time.Millisecond},
+	} {
+		c, err := NewCore(cfg, me, "k", rand.New(rand.NewPCG(3, 4)), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Defer(tc.owner, tc.on)
+		s, at := pollUntil(t, c, 0, tc.r)
+		op := wantOp(t, s, OpCAS)
+		if at < tc.min || at > tc.max || op.Expect != tc.r.Version {
+			t.Errorf("%s: takeover CAS at %v expecting %d, want in [%v, %v] expecting %d", tc.name, at, op.Expect, tc.min, tc.max, tc.r.Version)
+		}
+	}
+}
+
+// A row its deferred holder released in a handover right after this core
+// saw it held is deferred too; one released for a lost path is not.
+func TestDeferFollowsAHandoverRelease(t *testing.T) {
+	cfg := testConfig(t, testTiming, 100*time.Millisecond)
+	d, err := admission.TakeoverDeferral(testTiming)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.TakeoverDeferral = d
+	pb, _ := admission.PollBoundary(cfg.AcquirePollInterval)
+	held := Result{Row: Row{Owner: "n2#b", Node: "n2", Epoch: 3, Timing: cfg.RowTiming()}, Version: 7}
+	for _, tc := range []struct {
+		cause    string
+		min, max time.Duration // of the takeover after the first read of the released row
+	}{{ReleaseCauseHandover, d, d + pb + time.Millisecond}, {"device_path", 0, 0}} {
+		c, err := NewCore(cfg, me, "k", rand.New(rand.NewPCG(5, 6)), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Defer("n2#b", true)
+		wantOp(t, c.Tick(0), OpRead)
+		wake := c.Done(time.Millisecond, held).WakeAt
+		first := wake + time.Millisecond // pollUntil answers 1ms after each read
+		released := Result{Row: Row{Epoch: 3, Release: &Release{Cause: tc.cause}}, Version: 8}
+		s, at := pollUntil(t, c, wake, released)
+		if op := wantOp(t, s, OpCAS); op.Expect != 8 || at-first < tc.min || at-first > tc.max {
+			t.Errorf("%s release: CAS expecting %d %v after the first read, want in [%v, %v]", tc.cause, op.Expect, at-first, tc.min, tc.max)
+		}
+	}
+}

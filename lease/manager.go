@@ -49,9 +49,11 @@ type Manager struct {
 	release chan chan error
 	poke    chan struct{}
 	// note is written into the released row (ReleaseWith).
-	note    atomic.Pointer[Release]
-	done    chan struct{}
-	started atomic.Bool
+	note atomic.Pointer[Release]
+	// deferral is the latest Defer, handed to the core by the run loop.
+	deferral atomic.Pointer[deferral]
+	done     chan struct{}
+	started  atomic.Bool
 
 	mu    sync.Mutex
 	owner *Owner
@@ -124,6 +126,9 @@ func (m *Manager) Run(ctx context.Context) error {
 	var reply chan error
 	step := m.core.Tick(m.clock())
 	for {
+		if d := m.deferral.Load(); d != nil {
+			m.core.Defer(d.owner, d.on)
+		}
 		m.apply(ctx, step, &reply)
 		if m.core.State() == StateStopped {
 			return nil
@@ -223,6 +228,19 @@ func (m *Manager) Poke() {
 	case m.poke <- struct{}{}:
 	default:
 	}
+}
+
+// deferral is one Defer call.
+type deferral struct {
+	owner string
+	on    bool
+}
+
+// Defer tells the standby whether it is the desired taker of its row
+// while owner holds it ("" for a free row); see Core.Defer. Safe from any
+// goroutine; the run loop applies it before its next step.
+func (m *Manager) Defer(owner string, on bool) {
+	m.deferral.Store(&deferral{owner: owner, on: on})
 }
 
 func (m *Manager) apply(ctx context.Context, s Step, reply *chan error) {

@@ -33,6 +33,9 @@ type Config struct {
 	// sessions (ceil(sessions / live nodes)) through planned handovers,
 	// one at a time; rendezvous hashing picks which
 	// (docs/lease-protocol.md, spread). Every node of a fleet should agree.
+	// A standby that is not a dead owner's row's taker then defers its
+	// takeover, so admission adds takeover_deferral = 2*pb + 3*C to every
+	// owner-death budget (docs/failover-budget.md).
 	Spread bool `yaml:"spread"`
 	// LeaseStore is where the lease rows live.
 	LeaseStore LeaseStore `yaml:"lease_store"`

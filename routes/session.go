@@ -171,6 +171,7 @@ func (c *Config) Sessions(b Bounds) []Session {
 		views := by[name]
 		sort.Slice(views, func(i, j int) bool { return views[i].route.Name < views[j].route.Name })
 		s := Session{Name: name, Inputs: views[0].inputs}
+		s.Inputs.Spread = c.Spread
 		for _, v := range views {
 			s.Routes = append(s.Routes, v.route.Name)
 		}

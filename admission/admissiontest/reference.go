@@ -52,6 +52,17 @@ func OwnerDeath(t Timing) *big.Int {
 	return sum
 }
 
+// TakeoverDeferral is 2*pb + 3*C.
+func TakeoverDeferral(t Timing) *big.Int {
+	sum := new(big.Int).Mul(bi(2), PollBoundary(t.P))
+	return sum.Add(sum, new(big.Int).Mul(bi(3), bi(t.C)))
+}
+
+// OwnerDeathSpread is OwnerDeath + TakeoverDeferral.
+func OwnerDeathSpread(t Timing) *big.Int {
+	return new(big.Int).Add(OwnerDeath(t), TakeoverDeferral(t))
+}
+
 // BrokerPath is B + R + J/2 + 2*min(5s, G) + G + 2*pb + 4*C + A + S.
 func BrokerPath(t Timing) *big.Int {
 	sum := new(big.Int)

@@ -131,7 +131,11 @@ func TestAdmitJSONAgreesWithFormulas(t *testing.T) {
 		p, g, s, b := ms(1, 30000), ms(0, 30000), ms(0, 60000), ms(1, 600000)
 		ct, rt, ug := ms(1, 60000), ms(1, 60000), ms(0, 60000)
 		dc, dr := ms(1, 10000), ms(1, 10000)
+		// Every other trial with spread: the owner-death budget then holds
+		// the takeover deferral as a term of its own.
+		spread := trial%2 == 1
 		y := fmt.Sprintf(`deployment_mode: clustered
+spread: %t
 lease_store: {endpoints: ["http://127.0.0.1:2379"]}
 manager:
   lease_ttl: %s
@@ -145,8 +149,9 @@ manager:
 brokers: {local: {url: "tcp://127.0.0.1:1883", connect_timeout: %s, reconcile_timeout: %s, unmatched_grace: %s}}
 devices: {d: {kind: modbus_tcp, address: "127.0.0.1:502", connect_timeout: %s, request_timeout: %s}}
 routes: [{name: pub, session: s, kind: poll, device: d, broker: local}]
-`, l, r, j, c, p, g, s, b, ct, rt, ug, dc, dr)
-		_, out, errs := runCmd(t, "admit", "-c", writeConfig(t, y), "--json")
+`, spread, l, r, j, c, p, g, s, b, ct, rt, ug, dc, dr)
+		file := writeConfig(t, y)
+		_, out, errs := runCmd(t, "admit", "-c", file, "--json")
 		a := decodeAdmission(t, out)
 		if len(a.Sessions) != 1 {
 			t.Fatalf("trial %d: %s %s", trial, out, errs)
@@ -165,8 +170,18 @@ routes: [{name: pub, session: s, kind: poll, device: d, broker: local}]
 			}
 			continue
 		}
-		if want := admissiontest.OwnerDeath(ref).Int64(); *got.OwnerDeathNS != want {
+		want, deferral := admissiontest.OwnerDeath(ref).Int64(), int64(0)
+		if spread {
+			want, deferral = admissiontest.OwnerDeathSpread(ref).Int64(), admissiontest.TakeoverDeferral(ref).Int64()
+		}
+		if *got.OwnerDeathNS != want {
 			t.Fatalf("trial %d: owner_death_ns %d, formula %d\n%s", trial, *got.OwnerDeathNS, want, y)
+		}
+		if d, ok := got.Terms["owner_death"]["takeover_deferral"]; d != deferral || ok != spread {
+			t.Fatalf("trial %d (spread %t): takeover_deferral term %d (present %t), formula %d", trial, spread, d, ok, deferral)
+		}
+		if _, text, _ := runCmd(t, "admit", "-c", file); spread != strings.Contains(text, "takeover_deferral") {
+			t.Fatalf("trial %d (spread %t): admit text:\n%s", trial, spread, text)
 		}
 		if want := admissiontest.BrokerPath(ref).Int64(); got.BrokerPathNS == nil || *got.BrokerPathNS != want {
 			t.Fatalf("trial %d: broker_path_ns %v, formula %d\n%s", trial, got.BrokerPathNS, want, y)

@@ -104,6 +104,10 @@ func render() (map[string][]byte, error) {
 	ratio := func(p report.Profile) string {
 		return fmt.Sprintf("%.1f", float64(p.OwnerDeath.Total)/float64(p.Timing.LeaseTTL))
 	}
+	deferral, err := admission.TakeoverDeferral(cl.Timing)
+	if err != nil {
+		return nil, err
+	}
 	data := map[string]any{
 		"MinPoll":                  fs(time.Millisecond),
 		"StepStage":                fs(admission.MaxStepDownStage),
@@ -132,6 +136,7 @@ func render() (map[string][]byte, error) {
 		"ClusteredActivationShare": fmt.Sprintf("%.0f%%", float64(cl.Activation)*100/float64(cl.OwnerDeath.Total)),
 		"ChurnD":                   fs(churnD),
 		"ChurnPerHour":             int64(time.Hour / churnD),
+		"ClusteredDeferral":        fs(deferral),
 	}
 	budget, err := execute(failoverBudgetTmpl, data)
 	if err != nil {

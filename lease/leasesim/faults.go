@@ -260,7 +260,7 @@ func (s *sim) limits(victim *node) (ownerDeath, release int64) {
 		if b == victim {
 			continue
 		}
-		od, rel, err := budgets(victim, b)
+		od, rel, err := s.budgets(victim, b)
 		if err != nil {
 			panic(err) // computed for every pair in setup
 		}

@@ -47,6 +47,16 @@ type Options struct {
 	ForgetCloseBound bool
 	// AllFed makes every node read in bulk (test switch), on every seed.
 	AllFed bool
+	// Spread runs every node as failover does with spread: true: admitted
+	// with the takeover deferral, and every renew interval each session's
+	// standbys are told to defer their takeover of the row's holder unless
+	// a drawn node is its taker. The draw often names a dead, frozen or
+	// partitioned node, so the others take over only after the deferral,
+	// which the owner-death budget then includes.
+	Spread bool
+	// ForgetDeferral breaks the spread budget on purpose (test switch):
+	// the liveness limits leave the takeover deferral out.
+	ForgetDeferral bool
 }
 
 // Failure is a violated assertion; its Seed replays it exactly.
@@ -227,6 +237,7 @@ type sim struct {
 	o     Options
 	rnd   *rand.Rand
 	brnd  *rand.Rand // the draws of bulk reads
+	srnd  *rand.Rand // the draws of takers (Options.Spread)
 	now   int64
 	seq   uint64
 	q     queue
@@ -314,7 +325,7 @@ func (s *sim) setup() error {
 	}
 	for _, v := range s.nodes {
 		for _, b := range s.nodes {
-			if _, _, err := budgets(v, b); err != nil {
+			if _, _, err := s.budgets(v, b); err != nil {
 				return err
 			}
 		}
@@ -349,6 +360,10 @@ func (s *sim) setup() error {
 		s.startNode(n)
 	}
 	s.calm = true
+	if s.o.Spread {
+		s.srnd = rand.New(rand.NewPCG(s.o.Seed^0x5b7ead, 0xdefe7))
+		s.spreadTick()
+	}
 	s.tracef("setup seed=%d nodes=%d sessions=%d mixed=%v %s", s.o.Seed, nn, ns, s.stats.Mixed, s.stats.Timing)
 	for _, n := range s.nodes {
 		s.tracef("n%d fed=%v", n.id, n.fed)
@@ -383,7 +398,7 @@ func (s *sim) drawScenario() scenario {
 func (s *sim) admit(sc scenario, maxFails int) (lease.Config, error) {
 	rep := admission.Evaluate(admission.Inputs{
 		Session: "sim", Timing: timingOf(sc, maxFails), BrokerHealth: admission.BrokerHealth{Mode: admission.BrokerHealthOff},
-		Transports: []admission.Activation{{Name: "sim", Close: sc.close}},
+		Transports: []admission.Activation{{Name: "sim", Close: sc.close}}, Spread: s.o.Spread,
 	})
 	if !rep.Admitted() {
 		return lease.Config{}, fmt.Errorf("leasesim: scenario %+v refused by admission: %v", sc, rep.Refusals)
@@ -405,11 +420,15 @@ func timingOf(sc scenario, maxFails int) admission.Timing {
 // budgets are the takeover budgets of standby b after owner v dies or
 // releases: the owner-death budget with the larger of both lease_ttl
 // values and b's own poll interval and call timeout (A = S = 0), and two
-// of b's poll boundaries and calls after a release.
-func budgets(v, b *node) (ownerDeath, release int64, err error) {
+// of b's poll boundaries and calls after a release; with spread, both plus
+// the takeover deferral.
+func (s *sim) budgets(v, b *node) (ownerDeath, release int64, err error) {
 	t := timingOf(b.sc, b.cfg.MaxRenewFails)
 	t.LeaseTTL = max(v.sc.l, b.sc.l)
 	od, err := admission.OwnerDeath(t, 0, 0)
+	if s.o.Spread && !s.o.ForgetDeferral {
+		od, err = admission.OwnerDeathSpread(t, 0, 0)
+	}
 	if err != nil {
 		return 0, 0, err
 	}
@@ -417,7 +436,17 @@ func budgets(v, b *node) (ownerDeath, release int64, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	return int64(od.Total), int64(2*pb + 2*t.RenewCallTimeout), nil
+	release = int64(2*pb + 2*t.RenewCallTimeout)
+	if s.o.Spread && !s.o.ForgetDeferral {
+		// A handover's other standbys defer too; the drawn taker may be
+		// dead or stuck.
+		d, err := admission.TakeoverDeferral(t)
+		if err != nil {
+			return 0, 0, err
+		}
+		release += int64(d)
+	}
+	return int64(od.Total), release, nil
 }
 
 func (s *sim) tracef(format string, args ...any) {
@@ -640,6 +669,11 @@ func (s *sim) apply(who string, op lease.Op) lease.Result {
 	case lease.OpCAS:
 		r.Version, r.Err = s.store.CompareAndSwap(ctx, op.Key, op.Expect, op.Row)
 	case lease.OpRelease:
+		if s.o.Spread {
+			// As failover releases in a handover or an orderly stop: the
+			// holder's deferred standbys defer the released row too.
+			op.Row.Release = &lease.Release{Cause: lease.ReleaseCauseHandover}
+		}
 		r.Err = s.store.Release(ctx, op.Key, op.Expect, op.Row)
 	}
 	if r.Err == nil && (op.Kind == lease.OpCAS || op.Kind == lease.OpRelease) {
@@ -653,4 +687,22 @@ func fmtEnd(t int64) string {
 		return "never"
 	}
 	return time.Duration(t).String()
+}
+
+// spreadTick draws, for every session, the node that takes its row if its
+// holder dies (any node, dead or alive), and tells every other node's
+// standby to defer its takeover of that holder's row, as failover's fleet
+// does every node interval. A free row is never deferred: failover defers
+// one only while a node starts, outside every budget probed here.
+func (s *sim) spreadTick() {
+	for j, key := range s.keys {
+		row, _ := s.store.Get(key)
+		taker := s.srnd.IntN(len(s.nodes))
+		for _, n := range s.nodes {
+			if m := n.mgrs[j]; m.core != nil {
+				m.core.Defer(row.Owner, row.Owner != "" && n.id != taker)
+			}
+		}
+	}
+	s.at(s.now+int64(s.nodes[0].sc.r), nil, s.spreadTick)
 }

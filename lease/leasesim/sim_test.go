@@ -56,7 +56,7 @@ func runSeedsWith(t *testing.T, n int, base Options) (*Failure, []Stats) {
 						first = f
 					}
 					mu.Unlock()
-					if base.FenceMode != FenceCorrect || base.ForgetCloseBound {
+					if base.FenceMode != FenceCorrect || base.ForgetCloseBound || base.ForgetDeferral {
 						next.Store(int64(n)) // one catch is enough
 					}
 				} else if err != nil {
@@ -198,4 +198,29 @@ func TestReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// With spread, standbys that are not a row's drawn taker defer their
+// takeover, also of the row its holder released in a handover: no seed
+// finds two owners or a takeover over the owner-death (or release) budget
+// with its takeover deferral; a broken fence is still caught, and
+// so is a budget that forgets the deferral (the draws do name dead and
+// stuck takers).
+func TestSpreadDeferralSafeAndBudgeted(t *testing.T) {
+	n := 1000
+	if testing.Short() {
+		n = 300
+	}
+	if f, _ := runSeedsWith(t, n, Options{Spread: true}); f != nil {
+		t.Fatalf("%v\nreplay: Run(Options{Seed: %d, Spread: true})", f, f.Seed)
+	}
+	f, _ := runSeedsWith(t, n, Options{Spread: true, FenceMode: FenceNever})
+	if f == nil || f.Kind != "safety" {
+		t.Fatalf("spread with a broken fence: %v, want a safety violation", f)
+	}
+	f, _ = runSeedsWith(t, 2000, Options{Spread: true, ForgetDeferral: true})
+	if f == nil || (f.Kind != "liveness" && f.Kind != "release") {
+		t.Fatalf("spread budgeted without its deferral: %v, want a liveness or release violation", f)
+	}
+	t.Logf("caught: %v", f)
 }
