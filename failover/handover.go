@@ -67,11 +67,14 @@ func (s *session) yield(p *pause) error {
 		s.log.Error("close exceeded its bound", "reason", p.reason, "err", err)
 	}
 	cancel()
+	s.log.Debug("yield: term closed", "reason", p.reason, "took", time.Since(at).String())
 	// One more call's time: the manager may be in a store call when the
 	// release is asked for.
 	ctx, cancel = context.WithTimeout(context.Background(), (admission.ReleaseCalls+1)*s.report.Timing.RenewCallTimeout)
 	defer cancel()
-	return mgr.ReleaseWith(ctx, &lease.Release{Cause: CauseHandover, AtUnixNS: at.UnixNano()})
+	err := mgr.ReleaseWith(ctx, &lease.Release{Cause: CauseHandover, AtUnixNS: at.UnixNano()})
+	s.log.Debug("yield: row released", "reason", p.reason, "took", time.Since(at).String(), "err", err)
+	return err
 }
 
 // waitPause waits until p is over (true) or ctx ends (false).
@@ -162,11 +165,13 @@ func (s *session) take(ctx context.Context, req lease.HandoverRequest) {
 	f := s.sup.fleet
 	row := f.store.WatchRow(ctx, s.name)
 	for {
+		s.log.Debug("handover: polling the row now")
 		s.manager().Poke()
 		fast := time.Now().Add(s.report.Timing.RenewCallTimeout)
 	look:
 		for {
 			if o := s.manager().Owner(); o != nil && o.Epoch() > req.Epoch {
+				s.log.Debug("handover: taken", "epoch", o.Epoch())
 				f.clear(ctx, s, req)
 				return
 			}

@@ -134,6 +134,7 @@ type handoverTrial struct {
 // docs/measured-handover.md from the trials.
 func TestHandoverGapWithinBudget(t *testing.T) {
 	f := startMixedFleet(t)
+	f.debug = true
 	values := subscribeValues(t, f, "plc/cycles")
 	a := f.start(t, "node-a", 2*time.Second, 300*time.Millisecond)
 	if _, _, err := waitOwner(context.Background(), []*bridgeProc{a.bridgeProc}, nil, a.report.OwnerDeath.Total); err != nil {
@@ -185,6 +186,8 @@ func TestHandoverGapWithinBudget(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("%s -> %s: gap on the broker %s, handover command returned after %s (budget %s)", tr.from, tr.to, tr.gap, tr.request, budget.Total)
+		logTrace(t, start, append(handoverTrace(t, start, first.Add(20*time.Millisecond), a, b),
+			traceLine{at: last, node: "broker", msg: "last value of the old epoch"}, traceLine{at: first, node: "broker", msg: "first value of the new epoch"}))
 		trials = append(trials, tr)
 		owner, next = next, owner
 	}
