@@ -156,14 +156,22 @@ func (s *session) giveAway(req lease.HandoverRequest) {
 
 // take is the target's side: it makes its manager poll at every change
 // of the row until it owns it, another owner does, or the handover budget
-// has passed. After each poke it looks at its manager often for one call's
+// has passed. A store that delivers the watched rows (lease.RowWatcher)
+// hands the released row to the manager, which takes it without reading
+// it again. After each poke it looks at its manager often for one call's
 // time, so the request is cleared (and a puller's next one sent) as soon
 // as the row is ours.
 func (s *session) take(ctx context.Context, req lease.HandoverRequest) {
 	ctx, cancel := context.WithTimeout(ctx, s.handoverBudget())
 	defer cancel()
 	f := s.sup.fleet
-	row := f.store.WatchRow(ctx, s.name)
+	var changed <-chan struct{}
+	var rows <-chan lease.VersionedRow
+	if rw, ok := f.store.(lease.RowWatcher); ok {
+		rows = rw.WatchRowValues(ctx, s.name)
+	} else {
+		changed = f.store.WatchRow(ctx, s.name)
+	}
 	for {
 		s.log.Debug("handover: polling the row now")
 		s.manager().Poke()
@@ -182,7 +190,16 @@ func (s *session) take(ctx context.Context, req lease.HandoverRequest) {
 			select {
 			case <-ctx.Done():
 				return
-			case _, ok := <-row:
+			case r, ok := <-rows:
+				if !ok {
+					return
+				}
+				if r.Row.Owner == "" {
+					s.log.Debug("handover: the watch delivered the released row", "version", r.Version)
+					s.manager().Offer(r)
+					break look
+				}
+			case _, ok := <-changed:
 				if !ok {
 					return
 				}
