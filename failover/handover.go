@@ -158,13 +158,19 @@ func (s *session) giveAway(req lease.HandoverRequest) {
 // of the row until it owns it, another owner does, or the handover budget
 // has passed. A store that delivers the watched rows (lease.RowWatcher)
 // hands the released row to the manager, which takes it without reading
-// it again. After each poke it looks at its manager often for one call's
+// it again; the named target claims the device endpoints meanwhile
+// (claimAhead). After each poke it looks at its manager often for one call's
 // time, so the request is cleared (and a puller's next one sent) as soon
 // as the row is ours.
 func (s *session) take(ctx context.Context, req lease.HandoverRequest) {
 	ctx, cancel := context.WithTimeout(ctx, s.handoverBudget())
 	defer cancel()
 	f := s.sup.fleet
+	defer func() {
+		if s.manager().Owner() == nil {
+			s.dropPreclaim()
+		}
+	}()
 	var changed <-chan struct{}
 	var rows <-chan lease.VersionedRow
 	if rw, ok := f.store.(lease.RowWatcher); ok {
@@ -196,6 +202,9 @@ func (s *session) take(ctx context.Context, req lease.HandoverRequest) {
 				}
 				if r.Row.Owner == "" {
 					s.log.Debug("handover: the watch delivered the released row", "version", r.Version)
+					if req.To == f.node && s.manager().Owner() == nil {
+						s.claimAhead(req.Owner)
+					}
 					s.manager().Offer(r)
 					break look
 				}

@@ -48,6 +48,7 @@ type session struct {
 	health   *pathHealth    // the current ownership's; nil on a standby
 	cooling  bool           // a device-path release ended the manager
 	pause    *pause         // a planned handover or drain ended the manager
+	pre      *preclaim      // a handover target's claim ahead of its takeover
 	timing   timingState    // the row owner's timing against this node's
 }
 
@@ -294,6 +295,7 @@ loop:
 	s.setState("closing")
 	acancel()
 	closeOwnership(activated, t, w)
+	s.dropPreclaim() // one the term did not use
 	s.setConflict("")
 	log.Info("term closed", "graceful", graceful)
 }
