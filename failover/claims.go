@@ -62,7 +62,7 @@ func (s *session) claimEndpoints(ctx context.Context, ownerID string) (release f
 	t := s.report.Timing
 	cctx, cancel := context.WithTimeout(ctx, t.RenewCallTimeout)
 	defer cancel()
-	mine := lease.Claim{KeyPrefix: o.Config.LeaseStore.KeyPrefix, Session: s.name, Node: o.Node, Owner: ownerID}
+	mine := s.claim(ownerID)
 	free, err := o.Claims.Claim(cctx, ids, mine, t.LeaseTTL)
 	var conflict *lease.ClaimConflict
 	switch {
@@ -81,6 +81,12 @@ func (s *session) claimEndpoints(ctx context.Context, ownerID string) (release f
 	}
 	s.setConflict("")
 	return release, nil
+}
+
+// claim is the claim row of this session's owner ownerID.
+func (s *session) claim(ownerID string) lease.Claim {
+	o := s.sup.o
+	return lease.Claim{KeyPrefix: o.Config.LeaseStore.KeyPrefix, Session: s.name, Node: o.Node, Owner: ownerID}
 }
 
 // setConflict records the endpoint conflict keeping the session from
@@ -126,7 +132,8 @@ func (s *session) claimAhead(prev string) {
 		t := s.report.Timing
 		ctx, cancel := context.WithTimeout(context.Background(), t.RenewCallTimeout)
 		defer cancel()
-		mine := lease.Claim{KeyPrefix: o.Config.LeaseStore.KeyPrefix, Session: s.name, Node: o.Node, Owner: o.Identity.Owner, TakesOver: prev}
+		mine := s.claim(o.Identity.Owner)
+		mine.TakesOver = prev
 		free, err := o.Claims.Claim(ctx, ids, mine, t.LeaseTTL)
 		s.log.Debug("handover: endpoints claimed ahead of the takeover", "err", err)
 		if err == nil {
