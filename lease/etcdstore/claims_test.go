@@ -199,3 +199,43 @@ func TestClaimTakesOverOnlyTheNamedOwner(t *testing.T) {
 		t.Fatal("a released claim is still there")
 	}
 }
+
+// The claims share one kept-alive etcd lease; when it is gone (the store
+// did not hear from the process for its TTL), the next claim grants a new
+// one instead of failing.
+func TestClaimAfterItsLeaseLapsed(t *testing.T) {
+	c := testetcd.StartEmbedded(t, 1)
+	ctx := context.Background()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	st := claimer(t, c, "/p/")
+	mine := lease.Claim{KeyPrefix: "/p/", Session: "press", Node: "a", Owner: "a-1"}
+	const first, second = "modbus_tcp://10.0.0.1:502", "modbus_tcp://10.0.0.2:502"
+	if _, err := st.Claim(ctx, []string{first}, mine, claimTTL); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := cli.Get(ctx, etcdstore.ClaimKey(first))
+	if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Lease == 0 {
+		t.Fatalf("claim row %+v, %v: want one attached to a lease", resp, err)
+	}
+	if _, err := cli.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := rawClaim(t, cli, first); ok {
+		t.Fatal("the revoked lease's claim is still there")
+	}
+	mine.Session = "mixer"
+	release, err := st.Claim(ctx, []string{second}, mine, claimTTL)
+	if err != nil {
+		t.Fatalf("claim after the lease lapsed: %v", err)
+	}
+	if got, ok := rawClaim(t, cli, second); !ok || got != mine {
+		t.Fatalf("row %+v %v, want %+v", got, ok, mine)
+	}
+	if err := release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
