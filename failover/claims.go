@@ -41,6 +41,18 @@ func (s *session) endpointIDs() []string {
 // must not activate. A store that does not answer is not: claims only
 // detect a second fleet, the lease row keeps the device exclusive.
 func (s *session) claimEndpoints(ctx context.Context, ownerID string) (release func(), err error) {
+	if p := s.takePreclaim(); p != nil {
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			go releasePreclaim(p)
+			return func() {}, ctx.Err()
+		}
+		if p.release != nil {
+			s.setConflict("")
+			return p.release, nil
+		}
+	}
 	o := s.sup.o
 	release = func() {}
 	ids := s.endpointIDs()
@@ -50,7 +62,7 @@ func (s *session) claimEndpoints(ctx context.Context, ownerID string) (release f
 	t := s.report.Timing
 	cctx, cancel := context.WithTimeout(ctx, t.RenewCallTimeout)
 	defer cancel()
-	mine := lease.Claim{KeyPrefix: o.Config.LeaseStore.KeyPrefix, Session: s.name, Node: o.Node, Owner: ownerID}
+	mine := s.claim(ownerID)
 	free, err := o.Claims.Claim(cctx, ids, mine, t.LeaseTTL)
 	var conflict *lease.ClaimConflict
 	switch {
@@ -65,16 +77,16 @@ func (s *session) claimEndpoints(ctx context.Context, ownerID string) (release f
 	case err != nil:
 		s.log.Warn("endpoint claim failed; activating unclaimed", "endpoints", ids, "err", err)
 	default:
-		release = func() {
-			ctx, cancel := context.WithTimeout(context.Background(), t.RenewCallTimeout)
-			defer cancel()
-			if err := free(ctx); err != nil {
-				s.log.Warn("endpoint claim release", "err", err)
-			}
-		}
+		release = s.releaser(free)
 	}
 	s.setConflict("")
 	return release, nil
+}
+
+// claim is the claim row of this session's owner ownerID.
+func (s *session) claim(ownerID string) lease.Claim {
+	o := s.sup.o
+	return lease.Claim{KeyPrefix: o.Config.LeaseStore.KeyPrefix, Session: s.name, Node: o.Node, Owner: ownerID}
 }
 
 // setConflict records the endpoint conflict keeping the session from
@@ -86,4 +98,84 @@ func (s *session) setConflict(msg string) {
 		v = 1
 	}
 	s.sup.o.Metrics.ClaimConflicts.WithLabelValues(s.name).Set(v)
+}
+
+// preclaim is a planned handover's endpoint claim, made by its target as
+// soon as the watch delivers the released row, beside its takeover's
+// compare-and-swap rather than after it: the old owner has closed the
+// device by then. Its activation uses it (and waits for it) instead of
+// claiming; a takeover that fails releases it.
+type preclaim struct {
+	done    chan struct{}
+	release func() // set before done is closed; nil when the claim failed
+}
+
+// claimAhead starts the preclaim of a handover from prev, unless one is
+// under way. It takes over only prev's claims (lease.Claim.TakesOver), so
+// it never overwrites the claim of an owner that took the row first.
+func (s *session) claimAhead(prev string) {
+	o := s.sup.o
+	ids := s.endpointIDs()
+	if o.Claims == nil || len(ids) == 0 {
+		return
+	}
+	s.mu.Lock()
+	if s.pre != nil {
+		s.mu.Unlock()
+		return
+	}
+	p := &preclaim{done: make(chan struct{})}
+	s.pre = p
+	s.mu.Unlock()
+	go func() {
+		defer close(p.done)
+		t := s.report.Timing
+		ctx, cancel := context.WithTimeout(context.Background(), t.RenewCallTimeout)
+		defer cancel()
+		mine := s.claim(o.Identity.Owner)
+		mine.TakesOver = prev
+		free, err := o.Claims.Claim(ctx, ids, mine, t.LeaseTTL)
+		s.log.Debug("handover: endpoints claimed ahead of the takeover", "err", err)
+		if err == nil {
+			p.release = s.releaser(free)
+		}
+	}()
+}
+
+// takePreclaim hands the preclaim (nil if none) to its one user: the
+// activation, or the handover that ended without the row.
+func (s *session) takePreclaim() *preclaim {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.pre
+	s.pre = nil
+	return p
+}
+
+// dropPreclaim releases a preclaim nobody used (a takeover that failed,
+// or a term that claimed for itself), in the background. The release
+// deletes only rows nobody wrote since; one missed at shutdown lapses
+// with the process's claim lease.
+func (s *session) dropPreclaim() {
+	if p := s.takePreclaim(); p != nil {
+		go releasePreclaim(p)
+	}
+}
+
+func releasePreclaim(p *preclaim) {
+	<-p.done
+	if p.release != nil {
+		p.release()
+	}
+}
+
+// releaser is the release of claims free, within one renew_call_timeout.
+func (s *session) releaser(free func(context.Context) error) func() {
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), s.report.Timing.RenewCallTimeout)
+		defer cancel()
+		if err := free(ctx); err != nil {
+			s.log.Warn("endpoint claim release", "err", err)
+		}
+	}
 }

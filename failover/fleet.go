@@ -181,6 +181,7 @@ func (f *fleet) onHandover(ctx context.Context, s *session, req lease.HandoverRe
 	if done {
 		return
 	}
+	s.log.Debug("handover: request seen", "epoch", req.Epoch, "owner", req.Owner, "to", req.To)
 	switch {
 	case req.Owner == me:
 		if o != nil && o.Epoch() == req.Epoch {

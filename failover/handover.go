@@ -67,11 +67,14 @@ func (s *session) yield(p *pause) error {
 		s.log.Error("close exceeded its bound", "reason", p.reason, "err", err)
 	}
 	cancel()
+	s.log.Debug("yield: term closed", "reason", p.reason, "took", time.Since(at).String())
 	// One more call's time: the manager may be in a store call when the
 	// release is asked for.
 	ctx, cancel = context.WithTimeout(context.Background(), (admission.ReleaseCalls+1)*s.report.Timing.RenewCallTimeout)
 	defer cancel()
-	return mgr.ReleaseWith(ctx, &lease.Release{Cause: CauseHandover, AtUnixNS: at.UnixNano()})
+	err := mgr.ReleaseWith(ctx, &lease.Release{Cause: CauseHandover, AtUnixNS: at.UnixNano()})
+	s.log.Debug("yield: row released", "reason", p.reason, "took", time.Since(at).String(), "err", err)
+	return err
 }
 
 // waitPause waits until p is over (true) or ctx ends (false).
@@ -153,7 +156,10 @@ func (s *session) giveAway(req lease.HandoverRequest) {
 
 // take is the target's side: it makes its manager poll at every change
 // of the row until it owns it, another owner does, or the handover budget
-// has passed. After each poke it looks at its manager often for one call's
+// has passed. A store that delivers the watched rows (lease.RowWatcher)
+// hands the released row to the manager, which takes it without reading
+// it again; the named target claims the device endpoints meanwhile
+// (claimAhead). After each poke it looks at its manager often for one call's
 // time, so the request is cleared (and a puller's next one sent) as soon
 // as the row is ours.
 func (s *session) take(ctx context.Context, req lease.HandoverRequest) {
@@ -161,13 +167,26 @@ func (s *session) take(ctx context.Context, req lease.HandoverRequest) {
 	defer cancel()
 	f := s.sup.fleet
 	s.manager().Defer("", false) // the target never defers (spread.go, takers)
-	row := f.store.WatchRow(ctx, s.name)
+	defer func() {
+		if s.manager().Owner() == nil {
+			s.dropPreclaim()
+		}
+	}()
+	var changed <-chan struct{}
+	var rows <-chan lease.VersionedRow
+	if rw, ok := f.store.(lease.RowWatcher); ok {
+		rows = rw.WatchRowValues(ctx, s.name)
+	} else {
+		changed = f.store.WatchRow(ctx, s.name)
+	}
 	for {
+		s.log.Debug("handover: polling the row now")
 		s.manager().Poke()
 		fast := time.Now().Add(s.report.Timing.RenewCallTimeout)
 	look:
 		for {
 			if o := s.manager().Owner(); o != nil && o.Epoch() > req.Epoch {
+				s.log.Debug("handover: taken", "epoch", o.Epoch())
 				f.clear(ctx, s, req)
 				return
 			}
@@ -178,7 +197,19 @@ func (s *session) take(ctx context.Context, req lease.HandoverRequest) {
 			select {
 			case <-ctx.Done():
 				return
-			case _, ok := <-row:
+			case r, ok := <-rows:
+				if !ok {
+					return
+				}
+				if r.Row.Owner == "" {
+					s.log.Debug("handover: the watch delivered the released row", "version", r.Version)
+					if req.To == f.node && s.manager().Owner() == nil {
+						s.claimAhead(req.Owner)
+					}
+					s.manager().Offer(r)
+					break look
+				}
+			case _, ok := <-changed:
 				if !ok {
 					return
 				}

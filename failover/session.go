@@ -35,6 +35,11 @@ type session struct {
 	owned    atomic.Bool
 	full     atomic.Bool
 
+	// unclaiming counts endpoint-claim releases under way: a closed
+	// term's claims are released beside the row's release, not before
+	// it, and the session's stop waits for them.
+	unclaiming sync.WaitGroup
+
 	mu       sync.Mutex
 	stopTerm chan struct{}  // closed to end the current term gracefully
 	termDone chan struct{}  // closed when the current term has closed
@@ -43,6 +48,7 @@ type session struct {
 	health   *pathHealth    // the current ownership's; nil on a standby
 	cooling  bool           // a device-path release ended the manager
 	pause    *pause         // a planned handover or drain ended the manager
+	pre      *preclaim      // a handover target's claim ahead of its takeover
 	timing   timingState    // the row owner's timing against this node's
 }
 
@@ -168,6 +174,7 @@ func (s *session) stopped() {
 	if done != nil {
 		<-done
 	}
+	s.unclaiming.Wait()
 	s.setState("stopped")
 }
 
@@ -288,6 +295,7 @@ loop:
 	s.setState("closing")
 	acancel()
 	closeOwnership(activated, t, w)
+	s.dropPreclaim() // one the term did not use
 	s.setConflict("")
 	log.Info("term closed", "graceful", graceful)
 }
@@ -305,7 +313,8 @@ func (s *session) pathCheck() (<-chan time.Time, func()) {
 
 // closeOwnership closes what an ownership opened, once its activation
 // context is cancelled. Gracefully, the device and broker see an orderly
-// close and the status topic says "released" before the row is given up.
+// close and the status topic says "released" before the row is given up;
+// the endpoint claims are released meanwhile (session.unclaiming).
 // Fenced or lost, the transports already dropped their connections when
 // the owner context ended, and closing only tidies up. An activation
 // still under way (activated not nil) closes what it opened before it
@@ -319,7 +328,14 @@ func closeOwnership(activated <-chan *term, t *term, w *work) {
 	}
 	if t != nil {
 		t.close()
-		t.unclaim() // after the transports closed
+		// After the transports closed, and in the background: a claim
+		// only tells other fleets and sessions the endpoint is in use,
+		// the next owner of this session takes it over, so the row's
+		// release need not wait for it.
+		t.s.unclaiming.Go(func() {
+			t.unclaim()
+			t.s.log.Debug("close: endpoint claims released")
+		})
 	}
 	if w != nil {
 		w.wg.Wait()
@@ -350,7 +366,9 @@ func (s *session) activate(ctx context.Context, epoch uint64, h *pathHealth, log
 		var t *term
 		// Another fleet's claim on a device endpoint keeps the term from
 		// opening anything (failover/claims.go).
+		began := time.Now()
 		unclaim, err := s.claimEndpoints(ctx, s.sup.o.Identity.Owner)
+		log.Debug("activation: endpoints claimed", "took", time.Since(began).String(), "err", err)
 		if err == nil {
 			t, err = s.build(epoch, s.sup.o.Identity.Owner)
 		}

@@ -360,8 +360,10 @@ func (t *term) open(ctx context.Context) error {
 			kind = pathBroker
 		}
 		t.h.beginOpen(kind, o.name)
+		began := time.Now()
 		err := openBounded(ctx, o.t)
 		t.h.endOpen(kind, o.name, err, time.Now())
+		t.s.log.Debug("activation: transport opened", "transport", o.t.Name(), "took", time.Since(began).String(), "err", err)
 		if err != nil {
 			t.s.sup.o.Metrics.TransportErrors.WithLabelValues(t.s.name, o.t.Name(), "open").Inc()
 			t.closeFirst(i)
@@ -379,10 +381,12 @@ func (t *term) close() {
 func (t *term) closeFirst(n int) {
 	for i := n - 1; i >= 0; i-- {
 		tr := t.order[i].t
+		began := time.Now()
 		if err := closeBounded(tr); err != nil {
 			t.s.sup.o.Metrics.TransportErrors.WithLabelValues(t.s.name, tr.Name(), "close").Inc()
 			t.s.log.Warn("close", "transport", tr.Name(), "err", err)
 		}
+		t.s.log.Debug("close: transport closed", "transport", tr.Name(), "took", time.Since(began).String())
 	}
 }
 
@@ -399,6 +403,7 @@ func (t *term) markPublished(route string) {
 	t.mu.Lock()
 	delete(t.pending, route)
 	t.mu.Unlock()
+	t.s.log.Debug("first good value published", "route", route, "epoch", t.epoch)
 	t.checkFull()
 }
 

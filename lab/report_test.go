@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leasebridge/leasebridge/admission"
+	"github.com/leasebridge/leasebridge/internal/docsection"
 	"github.com/leasebridge/leasebridge/internal/testbin"
 	"github.com/leasebridge/leasebridge/internal/testmqtt"
 	"github.com/leasebridge/leasebridge/transports/mqtt"
@@ -71,7 +72,13 @@ func (l *lab) ownerDeathGoal(activation time.Duration) time.Duration {
 
 func (l *lab) writeDoc() {
 	path := l.docPath()
-	if err := os.WriteFile(path, []byte(l.markdown()), 0o644); err != nil {
+	page := l.markdown()
+	// Sections other generators write into the page stay
+	// (internal/docsection): the planned-handover one of cmd/leasebridge.
+	if old, err := os.ReadFile(path); err == nil {
+		page = docsection.Carry(string(old), page)
+	}
+	if err := os.WriteFile(path, []byte(page), 0o644); err != nil {
 		l.t.Errorf("write %s: %v", path, err)
 		return
 	}
@@ -110,6 +117,8 @@ func (l *lab) mdIntro(w writef) {
 	w("the old owner's connection sending after its successor's first request, when two device\n")
 	w("connections are open at once in any trial but the frozen-owner one, or when the device\n")
 	w("logs a request from a fenced owner after its fence deadline.\n\n")
+	w("The last section, [Planned handover](#planned-handover), is written by\n")
+	w("`TestHandoverGapWithinBudget` (`cmd/leasebridge/fleet_test.go`); the lab keeps it.\n\n")
 
 	w("## Run\n\n")
 	w("- When: %s; %d trials in %s.\n", l.began.UTC().Format("2006-01-02 15:04 MST"), len(l.trials), time.Since(l.began).Round(time.Second))

@@ -15,6 +15,11 @@ type Claim struct {
 	Session   string `json:"session"`
 	Node      string `json:"node"`
 	Owner     string `json:"owner"`
+	// TakesOver, when set, narrows the takeover of a live claim of the
+	// same key_prefix and session to one held by this owner (or by
+	// Owner): a planned handover's target claims ahead of its takeover
+	// only what the previous owner held. It is not stored.
+	TakesOver string `json:"-"`
 }
 
 // Claimer records endpoint claims in the lease store, in a key space no
@@ -50,7 +55,11 @@ func (e *ClaimConflict) Error() string {
 func (e *ClaimConflict) Unwrap() error { return ErrClaimed }
 
 // Conflicts reports whether a claim held by other keeps c from an
-// endpoint: only the same key_prefix and session may take it over.
+// endpoint: only the same key_prefix and session may take it over (with
+// TakesOver, only from that owner or c's own).
 func (c Claim) Conflicts(other Claim) bool {
-	return c.KeyPrefix != other.KeyPrefix || c.Session != other.Session
+	if c.KeyPrefix != other.KeyPrefix || c.Session != other.Session {
+		return true
+	}
+	return c.TakesOver != "" && other.Owner != c.TakesOver && other.Owner != c.Owner
 }

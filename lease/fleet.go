@@ -91,3 +91,15 @@ type Fleet interface {
 	// until ctx ends; the channel closes when ctx ends.
 	WatchRow(ctx context.Context, key string) <-chan struct{}
 }
+
+// RowWatcher is a store that delivers the rows it watches, not only
+// their changes: a planned handover's target hands the released row to
+// its manager (Manager.Offer) without reading it again.
+type RowWatcher interface {
+	// WatchRowValues sends the session row at key, with its version, at
+	// each change, the latest undelivered one winning, until ctx ends; the
+	// channel then closes. A deleted row or one that does not decode is
+	// not sent; a broken watch is started again and may miss changes, so
+	// a caller keeps a fallback poll.
+	WatchRowValues(ctx context.Context, key string) <-chan VersionedRow
+}

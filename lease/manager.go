@@ -48,6 +48,7 @@ type Manager struct {
 	core    *Core
 	release chan chan error
 	poke    chan struct{}
+	offer   chan VersionedRow // the latest row offered (cap 1)
 	// note is written into the released row (ReleaseWith).
 	note atomic.Pointer[Release]
 	// deferral is the latest Defer, handed to the core by the run loop.
@@ -92,7 +93,7 @@ func NewManager(o Options) (*Manager, error) {
 		}
 		core.SetFed(true)
 	}
-	return &Manager{o: o, clock: clock, core: core, release: make(chan chan error), poke: make(chan struct{}, 1), done: make(chan struct{})}, nil
+	return &Manager{o: o, clock: clock, core: core, release: make(chan chan error), poke: make(chan struct{}, 1), offer: make(chan VersionedRow, 1), done: make(chan struct{})}, nil
 }
 
 // Owner returns the current owner handle, or nil while not owner.
@@ -166,6 +167,12 @@ func (m *Manager) Run(ctx context.Context) error {
 				// bulk read: ask for it now.
 				m.o.Rows.ReadSoon()
 			}
+		case r := <-m.offer:
+			if sub != nil {
+				sub.setWant(false)
+			}
+			now := m.clock()
+			step = m.core.Feed(now, now, Result{Row: r.Row, Version: r.Version})
 		case reply = <-m.release:
 			m.endOwner(ErrReleased)
 			step = m.core.Release(m.clock())
@@ -241,6 +248,29 @@ type deferral struct {
 // goroutine; the run loop applies it before its next step.
 func (m *Manager) Defer(owner string, on bool) {
 	m.deferral.Store(&deferral{owner: owner, on: on})
+}
+
+// Offer hands a standby its row as a watch delivered it, to be used as
+// the Acquire read it would otherwise make: a planned handover's target
+// offers the released row and takes it in one compare-and-swap. It never
+// blocks (a newer offer replaces an unread one). Only a standby fed by a
+// RowSource (Options.Rows) waiting for its row uses it; an owner or a
+// standby that reads for itself ignores it, so its caller pokes too. An
+// offered row is never less safe than a read: a takeover still compares
+// against its version, and a live owner's row still has to stay
+// unchanged for lease_ttl.
+func (m *Manager) Offer(r VersionedRow) {
+	for {
+		select {
+		case m.offer <- r:
+			return
+		default:
+		}
+		select {
+		case <-m.offer:
+		default:
+		}
+	}
 }
 
 func (m *Manager) apply(ctx context.Context, s Step, reply *chan error) {

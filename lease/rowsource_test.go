@@ -192,3 +192,58 @@ func TestRowSourceReadSoon(t *testing.T) {
 		t.Fatalf("the read after ReadSoon came %v after the previous one, no sooner than a poll (%v)", took, earliest)
 	}
 }
+
+// A fed standby offered the released row (a planned handover's watch)
+// takes it in one compare-and-swap: no bulk read, no poll.
+func TestOfferTakesAReleasedRowWithoutARead(t *testing.T) {
+	tm := admission.Timing{LeaseTTL: 8 * time.Second, RenewInterval: time.Second, RenewJitter: 200 * time.Millisecond,
+		RenewCallTimeout: 500 * time.Millisecond, AcquirePollInterval: 2 * time.Second, StepDownGrace: time.Second, MaxRenewFails: 2}
+	cfg := testConfig(t, tm, 20*time.Millisecond)
+	st := NewMemStore()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	run := func(name string, src *RowSource, events chan Event) *Manager {
+		m, err := NewManager(Options{Store: st, Key: "s0", Identity: Identity{Node: name, Owner: name + "#t"}, Config: cfg,
+			Rows: src, OnEvent: func(e Event) { events <- e }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { _ = m.Run(ctx); close(done) }()
+		t.Cleanup(func() { cancel(); <-done })
+		return m
+	}
+	aEvents, bEvents := make(chan Event, 10), make(chan Event, 10)
+	a := run("a", nil, aEvents)
+	waitFor(t, 10*time.Second, func() bool { return owners(st, []string{"s0"}, "a") == 1 })
+	src, err := NewRowSource(RowSourceOptions{Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := run("b", src, bEvents)
+	// b's startup read, then it waits out its 2s poll.
+	waitFor(t, 10*time.Second, func() bool { return src.Reads() >= 1 })
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	row, ver := st.Get("s0")
+	if row.Owner != "" {
+		t.Fatalf("released row %+v names an owner", row)
+	}
+	reads, offered := src.Reads(), time.Now()
+	b.Offer(VersionedRow{Row: row, Version: ver})
+	for ev := range bEvents {
+		if ev.Kind == EventBecameOwner {
+			break
+		}
+	}
+	if took, poll := time.Since(offered), admission.MinJitteredPoll(cfg.AcquirePollInterval); took >= poll {
+		t.Fatalf("b owned the row %v after the offer, not before its poll %v", took, poll)
+	}
+	if got := src.Reads() - reads; got != 0 {
+		t.Errorf("b made %d bulk reads to take an offered row", got)
+	}
+	if r, _ := st.Get("s0"); r.Node != "b" || r.Epoch != row.Epoch+1 {
+		t.Errorf("row after the offer: %+v", r)
+	}
+}

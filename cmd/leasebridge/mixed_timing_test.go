@@ -157,6 +157,9 @@ type mixedFleet struct {
 	broker *embedbroker.Broker
 	plc    *loggingPLC
 	dir    string
+	// debug runs the bridges with --log-level debug (handoverTrace reads
+	// their debug lines).
+	debug bool
 }
 
 func startMixedFleet(t *testing.T) *mixedFleet {
@@ -229,7 +232,11 @@ func (mp *mixedProc) restart(t *testing.T) {
 	t.Helper()
 	mp.starts++
 	mp.log = filepath.Join(mp.fleet.dir, fmt.Sprintf("%s.%d.log", mp.name, mp.starts))
-	mp.launch(t, mp.path, "json")
+	var args []string
+	if mp.fleet.debug {
+		args = []string{"--log-level", "debug"}
+	}
+	mp.launch(t, mp.path, "json", args...)
 }
 
 // stop sends sig and waits for the exit.

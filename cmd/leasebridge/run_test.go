@@ -147,14 +147,14 @@ func preflight(t testing.TB, cfg *routes.Config) *failover.Built {
 
 // launch runs `leasebridge run -c path` with its output in pr.log and
 // kills it when the test ends, printing the log if the test failed.
-func (pr *proc) launch(t *testing.T, path, logFormat string) {
+func (pr *proc) launch(t *testing.T, path, logFormat string, args ...string) {
 	t.Helper()
 	pr.done, pr.exit = make(chan struct{}), -1
 	logf, err := os.Create(pr.log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pr.cmd = exec.Command(testbin.Leasebridge(t), "run", "-c", path, "--log-format", logFormat)
+	pr.cmd = exec.Command(testbin.Leasebridge(t), append([]string{"run", "-c", path, "--log-format", logFormat}, args...)...)
 	pr.cmd.Stdout, pr.cmd.Stderr = logf, logf
 	if err := pr.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"net/url"
@@ -27,10 +28,13 @@ var _ lease.Claimer = (*Store)(nil)
 const claimAttempts = 4
 
 // Claim implements lease.Claimer. The rows are attached to an etcd lease
-// of ttl (whole seconds, at least 1) kept alive until release, which
-// revokes it and so deletes every row still attached to it; a row another
-// owner of the session has taken over is attached to that owner's lease
-// and stays.
+// of ttl (whole seconds, at least 1) that the store keeps alive until it
+// is closed and shares among its claims of that ttl, so a claim is one
+// transaction, not a grant and a put: it lies on a takeover's activation
+// path. Release deletes the rows this call wrote, in one transaction; a
+// row another owner of the session has taken over since is that owner's
+// and stays. A process that dies stops keeping the lease alive, and its
+// claims lapse with it.
 func (s *Store) Claim(ctx context.Context, endpoints []string, c lease.Claim, ttl time.Duration) (func(context.Context) error, error) {
 	if len(endpoints) == 0 {
 		return func(context.Context) error { return nil }, nil
@@ -41,33 +45,73 @@ func (s *Store) Claim(ctx context.Context, endpoints []string, c lease.Claim, tt
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	g, err := s.grant(ctx, ttl)
-	if err != nil {
-		return nil, fmt.Errorf("%w: grant a %s lease for the claims of %v: %w", lease.ErrUnavailable, ttl, endpoints, err)
+	var rev int64
+	for fresh := false; ; fresh = true {
+		id, err := s.claimLeaseOf(ctx, ttl, fresh)
+		if err != nil {
+			return nil, fmt.Errorf("%w: grant a %s lease for the claims of %v: %w", lease.ErrUnavailable, ttl, endpoints, err)
+		}
+		rev, err = s.putClaims(ctx, endpoints, c, string(val), id)
+		var conflict *lease.ClaimConflict
+		if err == nil {
+			break
+		}
+		// A shared lease that lapsed (the store did not hear from the
+		// process for ttl) refuses the put: once more with a new one.
+		if errors.As(err, &conflict) || fresh || ctx.Err() != nil {
+			return nil, err
+		}
 	}
-	if err := s.putClaims(ctx, endpoints, c, string(val), g.ID); err != nil {
-		rctx, rcancel := s.bound(context.WithoutCancel(ctx))
-		_, _ = s.cli.Revoke(rctx, g.ID)
-		rcancel()
-		return nil, err
-	}
-	kctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	go s.keepAlive(kctx, g.ID)
 	return func(ctx context.Context) error {
-		stop()
 		ctx, cancel := s.bound(ctx)
 		defer cancel()
-		if _, err := s.cli.Revoke(ctx, g.ID); err != nil {
-			return fmt.Errorf("%w: revoke the claims of %v (they lapse after %s): %w", lease.ErrUnavailable, endpoints, ttl, err)
+		ops := make([]clientv3.Op, len(endpoints))
+		for i, ep := range endpoints {
+			k := ClaimKey(ep)
+			ops[i] = clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k), "=", rev)}, []clientv3.Op{clientv3.OpDelete(k)}, nil)
+		}
+		if _, err := s.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+			return fmt.Errorf("%w: delete the claims of %v (they lapse %s after the process stops): %w", lease.ErrUnavailable, endpoints, ttl, err)
 		}
 		return nil
 	}, nil
 }
 
+// claimLease is an etcd lease the store keeps alive for its claims.
+type claimLease struct {
+	id   clientv3.LeaseID
+	stop context.CancelFunc
+}
+
+// claimLeaseOf returns the store's claim lease of ttl, granting it (and
+// starting its keep-alive) when there is none yet or fresh is true.
+func (s *Store) claimLeaseOf(ctx context.Context, ttl time.Duration, fresh bool) (clientv3.LeaseID, error) {
+	secs := int64(math.Ceil(max(ttl, time.Second).Seconds()))
+	s.cmu.Lock()
+	defer s.cmu.Unlock()
+	if s.leases == nil {
+		s.leases = map[int64]*claimLease{}
+	}
+	if l := s.leases[secs]; l != nil && !fresh {
+		return l.id, nil
+	}
+	g, err := s.grant(ctx, ttl)
+	if err != nil {
+		return 0, err
+	}
+	if old := s.leases[secs]; old != nil {
+		old.stop()
+	}
+	kctx, stop := context.WithCancel(context.Background())
+	s.leases[secs] = &claimLease{id: g.ID, stop: stop}
+	go s.keepAlive(kctx, g.ID)
+	return g.ID, nil
+}
+
 // putClaims writes every claim row in one transaction, compared against
 // the rows as last read: absent, or held by the same key_prefix and
-// session.
-func (s *Store) putClaims(ctx context.Context, endpoints []string, c lease.Claim, val string, id clientv3.LeaseID) error {
+// session. It returns the rows' revision.
+func (s *Store) putClaims(ctx context.Context, endpoints []string, c lease.Claim, val string, id clientv3.LeaseID) (int64, error) {
 	seen := make([]int64, len(endpoints)) // ModRevision; 0: absent
 	for range claimAttempts {
 		cmps := make([]clientv3.Cmp, len(endpoints))
@@ -81,10 +125,10 @@ func (s *Store) putClaims(ctx context.Context, endpoints []string, c lease.Claim
 		}
 		resp, err := s.cli.Txn(ctx).If(cmps...).Then(puts...).Else(gets...).Commit()
 		if err != nil {
-			return fmt.Errorf("%w: claim %v: %w", lease.ErrUnavailable, endpoints, err)
+			return 0, fmt.Errorf("%w: claim %v: %w", lease.ErrUnavailable, endpoints, err)
 		}
 		if resp.Succeeded {
-			return nil
+			return resp.Header.Revision, nil
 		}
 		for i, r := range resp.Responses {
 			seen[i] = 0
@@ -94,15 +138,15 @@ func (s *Store) putClaims(ctx context.Context, endpoints []string, c lease.Claim
 			}
 			var held lease.Claim
 			if err := json.Unmarshal(kvs[0].Value, &held); err != nil {
-				return fmt.Errorf("etcdstore: key %q holds %q, not an endpoint claim: %w", kvs[0].Key, kvs[0].Value, err)
+				return 0, fmt.Errorf("etcdstore: key %q holds %q, not an endpoint claim: %w", kvs[0].Key, kvs[0].Value, err)
 			}
 			if c.Conflicts(held) {
-				return &lease.ClaimConflict{Endpoint: endpoints[i], Holder: held}
+				return 0, &lease.ClaimConflict{Endpoint: endpoints[i], Holder: held}
 			}
 			seen[i] = kvs[0].ModRevision
 		}
 	}
-	return fmt.Errorf("%w: claim %v: the rows kept changing over %d attempts", lease.ErrUnavailable, endpoints, claimAttempts)
+	return 0, fmt.Errorf("%w: claim %v: the rows kept changing over %d attempts", lease.ErrUnavailable, endpoints, claimAttempts)
 }
 
 // grant grants an etcd lease of ttl rounded up to whole seconds, at least

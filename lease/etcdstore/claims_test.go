@@ -158,3 +158,84 @@ func TestClaimLapsesWhenTheProcessDies(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// A claim with TakesOver takes a live claim of its session over only from
+// that owner: a handover's target claiming ahead never overwrites the
+// claim of an owner that took the row first.
+func TestClaimTakesOverOnlyTheNamedOwner(t *testing.T) {
+	c := testetcd.StartEmbedded(t, 1)
+	ctx := context.Background()
+	const ep = "modbus_tcp://10.0.0.9:502"
+	old := lease.Claim{KeyPrefix: "/p/", Session: "press", Node: "a", Owner: "a-1"}
+	a := claimer(t, c, old.KeyPrefix)
+	if _, err := a.Claim(ctx, []string{ep}, old, claimTTL); err != nil {
+		t.Fatal(err)
+	}
+	b := claimer(t, c, old.KeyPrefix)
+	ahead := lease.Claim{KeyPrefix: "/p/", Session: "press", Node: "b", Owner: "b-1", TakesOver: "c-1"}
+	var conflict *lease.ClaimConflict
+	if _, err := b.Claim(ctx, []string{ep}, ahead, claimTTL); !errors.As(err, &conflict) || conflict.Holder != old {
+		t.Fatalf("claim ahead from c-1 over a-1's claim: %v, want a conflict", err)
+	}
+	ahead.TakesOver = "a-1"
+	release, err := b.Claim(ctx, []string{ep}, ahead, claimTTL)
+	if err != nil {
+		t.Fatalf("claim ahead from a-1: %v", err)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	stored := ahead
+	stored.TakesOver = ""
+	if got, ok := rawClaim(t, cli, ep); !ok || got != stored {
+		t.Fatalf("row %+v %v, want %+v (TakesOver is not stored)", got, ok, stored)
+	}
+	if err := release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := rawClaim(t, cli, ep); ok {
+		t.Fatal("a released claim is still there")
+	}
+}
+
+// The claims share one kept-alive etcd lease; when it is gone (the store
+// did not hear from the process for its TTL), the next claim grants a new
+// one instead of failing.
+func TestClaimAfterItsLeaseLapsed(t *testing.T) {
+	c := testetcd.StartEmbedded(t, 1)
+	ctx := context.Background()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	st := claimer(t, c, "/p/")
+	mine := lease.Claim{KeyPrefix: "/p/", Session: "press", Node: "a", Owner: "a-1"}
+	const first, second = "modbus_tcp://10.0.0.1:502", "modbus_tcp://10.0.0.2:502"
+	if _, err := st.Claim(ctx, []string{first}, mine, claimTTL); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := cli.Get(ctx, etcdstore.ClaimKey(first))
+	if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Lease == 0 {
+		t.Fatalf("claim row %+v, %v: want one attached to a lease", resp, err)
+	}
+	if _, err := cli.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := rawClaim(t, cli, first); ok {
+		t.Fatal("the revoked lease's claim is still there")
+	}
+	mine.Session = "mixer"
+	release, err := st.Claim(ctx, []string{second}, mine, claimTTL)
+	if err != nil {
+		t.Fatalf("claim after the lease lapsed: %v", err)
+	}
+	if got, ok := rawClaim(t, cli, second); !ok || got != mine {
+		t.Fatalf("row %+v %v, want %+v", got, ok, mine)
+	}
+	if err := release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

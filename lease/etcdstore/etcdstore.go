@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -57,6 +58,9 @@ type Store struct {
 	cli     *clientv3.Client
 	prefix  string
 	timeout time.Duration
+
+	cmu    sync.Mutex
+	leases map[int64]*claimLease // by TTL in seconds, see claimLeaseOf
 }
 
 var (
@@ -97,8 +101,17 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	return &Store{cli: cli, prefix: cfg.KeyPrefix, timeout: cfg.CallTimeout}, nil
 }
 
-// Close closes the client.
-func (s *Store) Close() error { return s.cli.Close() }
+// Close stops keeping the claims' etcd leases alive (claims not released
+// lapse with them) and closes the client.
+func (s *Store) Close() error {
+	s.cmu.Lock()
+	for ttl, l := range s.leases {
+		l.stop()
+		delete(s.leases, ttl)
+	}
+	s.cmu.Unlock()
+	return s.cli.Close()
+}
 
 func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	if s.timeout > 0 {

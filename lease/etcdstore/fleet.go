@@ -207,6 +207,34 @@ func (s *Store) WatchRow(ctx context.Context, key string) <-chan struct{} {
 	return s.watch(ctx, s.prefix+key)
 }
 
+// WatchRowValues implements lease.RowWatcher.
+func (s *Store) WatchRowValues(ctx context.Context, key string) <-chan lease.VersionedRow {
+	out := make(chan lease.VersionedRow, 1)
+	send := func(r lease.VersionedRow) {
+		for {
+			select {
+			case out <- r:
+				return
+			default:
+			}
+			select {
+			case <-out: // an older row nobody read
+			default:
+			}
+		}
+	}
+	s.watchEach(ctx, s.prefix+key, func(evs []*clientv3.Event) {
+		last := evs[len(evs)-1]
+		if last.Type != clientv3.EventTypePut {
+			return
+		}
+		if row, err := decodeRow(last.Kv); err == nil {
+			send(lease.VersionedRow{Row: row, Version: last.Kv.ModRevision})
+		}
+	}, nil, func() { close(out) })
+	return out
+}
+
 // watch signals every change of k, coalesced, from the store's revision
 // when it returns: it reads that revision first, so no change after the
 // call is missed. A broken watch is started again and signals once, since
@@ -219,9 +247,18 @@ func (s *Store) watch(ctx context.Context, k string, opts ...clientv3.OpOption) 
 		default:
 		}
 	}
+	s.watchEach(ctx, k, func([]*clientv3.Event) { signal() }, signal, func() { close(out) }, opts...)
+	return out
+}
+
+// watchEach calls each with every watch response's events on k, from the
+// store's revision when it returns, until ctx ends, then done. A broken
+// watch is started again, after calling broken (if not nil): changes may
+// have been missed meanwhile.
+func (s *Store) watchEach(ctx context.Context, k string, each func([]*clientv3.Event), broken, done func(), opts ...clientv3.OpOption) {
 	rev := s.revision(ctx, k)
 	go func() {
-		defer close(out)
+		defer done()
 		for ctx.Err() == nil {
 			wopts := opts
 			if rev > 0 {
@@ -232,10 +269,12 @@ func (s *Store) watch(ctx context.Context, k string, opts ...clientv3.OpOption) 
 					break
 				}
 				if len(resp.Events) > 0 {
-					signal()
+					each(resp.Events)
 				}
 			}
-			signal()
+			if broken != nil {
+				broken()
+			}
 			select {
 			case <-ctx.Done():
 			case <-time.After(100 * time.Millisecond):
@@ -243,7 +282,6 @@ func (s *Store) watch(ctx context.Context, k string, opts ...clientv3.OpOption) 
 			rev = s.revision(ctx, k)
 		}
 	}()
-	return out
 }
 
 // revision is the store's current revision, or 0 when it cannot be read

@@ -92,3 +92,45 @@ func waitSignal(t *testing.T, ch <-chan struct{}, what string) {
 		t.Fatalf("no signal from %s", what)
 	}
 }
+
+// WatchRowValues delivers the row as written, with the version a Read
+// returns, the release included: what a handover's target offers its
+// manager.
+func TestWatchRowValues(t *testing.T) {
+	c := testetcd.StartEmbedded(t, 1)
+	st := claimer(t, c, "/watch-values/")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	values := st.WatchRowValues(ctx, "s1")
+	next := func(what string) lease.VersionedRow {
+		t.Helper()
+		select {
+		case v := <-values:
+			return v
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no row from the watch after %s", what)
+			return lease.VersionedRow{}
+		}
+	}
+	owned := lease.Row{Owner: "a#1", Node: "a", Epoch: 3}
+	ver, err := st.CompareAndSwap(ctx, "s1", 0, owned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := next("the write"); v.Version != ver || v.Row.Owner != "a#1" || v.Row.Epoch != 3 {
+		t.Fatalf("watched %+v, want %+v at version %d", v, owned, ver)
+	}
+	if err := st.Release(ctx, "s1", ver, lease.Row{Node: "a", Epoch: 3}); err != nil {
+		t.Fatal(err)
+	}
+	row, rver, err := st.Read(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := next("the release"); v.Version != rver || v.Row.Owner != "" || v.Row != row {
+		t.Fatalf("watched %+v, want the released row %+v at version %d", v, row, rver)
+	}
+	cancel()
+	for range values {
+	}
+}
