@@ -163,11 +163,10 @@ type Broker struct {
 }
 
 // Device kinds whose keys live in Device; other kinds register their own
-// settings (RegisterKind), such as s7 in transports/s7.
+// settings (RegisterKind), such as s7 in transports/s7 and modbus_tcp and
+// modbus_rtu in transports/modbus.
 const (
-	KindModbusTCP = "modbus_tcp"
-	KindModbusRTU = "modbus_rtu"
-	KindOPCUA     = "opcua"
+	KindOPCUA = "opcua"
 )
 
 // Device is one exclusive device connection and its tags.
@@ -187,15 +186,6 @@ type Device struct {
 	// CloseTimeout bounds closing the connection.
 	CloseTimeout Duration `yaml:"close_timeout"`
 
-	// UnitID is the Modbus unit (slave) id.
-	UnitID *int `yaml:"unit_id"`
-	// ByteOrder is the device default: ABCD, DCBA, BADC or CDAB.
-	ByteOrder string `yaml:"byte_order"`
-	// MergeRequests joins adjacent registers into one request.
-	MergeRequests *bool `yaml:"merge_requests"`
-	// Serial is the serial line of a modbus_rtu device.
-	Serial Serial `yaml:"serial"`
-
 	// SecurityPolicy of an OPC UA session: None or Basic256Sha256.
 	SecurityPolicy string `yaml:"security_policy"`
 	// SecurityMode of an OPC UA session: None, Sign or SignAndEncrypt;
@@ -214,8 +204,9 @@ type Device struct {
 	// Pin limits the nodes the sessions using the device may run on.
 	Pin `yaml:",inline"`
 	// Settings is the kind's own configuration, decoded from the keys
-	// its DeviceKind declares (a *s7.Config for s7); nil for a kind
-	// without settings or a Device built in code.
+	// its DeviceKind declares (a *s7.Config for s7, a *modbus.Config for
+	// modbus_tcp); nil for a kind without settings or a Device built in
+	// code.
 	Settings any `yaml:"-"`
 	// Line is where the device is defined.
 	Line int `yaml:"-"`
@@ -233,18 +224,6 @@ func (d *Device) Timeouts() (connect, request, closing time.Duration) {
 	}
 	return or(d.ConnectTimeout, DefaultDeviceConnectTimeout), or(d.RequestTimeout, DefaultDeviceRequestTimeout),
 		or(d.CloseTimeout, DefaultDeviceCloseTimeout)
-}
-
-// Serial is the serial line of a Modbus RTU device.
-type Serial struct {
-	// BaudRate in bits per second.
-	BaudRate int `yaml:"baud_rate"`
-	// DataBits per character.
-	DataBits int `yaml:"data_bits"`
-	// Parity is N (none), E (even) or O (odd).
-	Parity string `yaml:"parity"`
-	// StopBits is 1 or 2.
-	StopBits int `yaml:"stop_bits"`
 }
 
 // PollGroup is a set of tags read together at one interval.
@@ -271,15 +250,9 @@ type Tag struct {
 	// Address is a register number (Modbus), a TIA address such as
 	// DB1.DBW10 (S7), or a node id such as ns=2;s=Temp (OPC UA).
 	Address string `yaml:"address"`
-	// Register is holding (default), input, coil or discrete (Modbus only).
-	Register string `yaml:"register"`
 	// Type is bool, int8, uint8, int16, uint16, int32, uint32, int64,
 	// uint64, float32, float64 or string.
 	Type string `yaml:"type"`
-	// ByteOrder overrides the device's byte_order for this tag.
-	ByteOrder string `yaml:"byte_order"`
-	// Bit selects one bit (0..15) of a register for a bool tag.
-	Bit *int `yaml:"bit"`
 	// Length of a string: registers (Modbus) or bytes (S7).
 	Length int `yaml:"length"`
 	// Scale multiplies the raw value (value = raw*scale + offset).
@@ -290,6 +263,11 @@ type Tag struct {
 	Deadband float64 `yaml:"deadband"`
 	// Writable allows write requests to the tag.
 	Writable bool `yaml:"writable"`
+	// Settings is the kind's own tag configuration, decoded from the
+	// keys of its DeviceKind.TagSettings (a *modbus.TagConfig for the
+	// Modbus kinds); nil for a kind without tag keys or a Tag built in
+	// code.
+	Settings any `yaml:"-"`
 	// Line is where the tag is defined.
 	Line int `yaml:"-"`
 }

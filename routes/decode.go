@@ -203,6 +203,8 @@ type decoder struct {
 	file  string
 	errs  Errors
 	lines map[string]pos
+	// kind is the kind of the device being decoded, for its tags.
+	kind string
 }
 
 func (d *decoder) errorf(n *yaml.Node, path, format string, args ...any) {
@@ -217,6 +219,7 @@ var (
 	durationType     = reflect.TypeOf(Duration(0))
 	brokerHealthType = reflect.TypeOf(BrokerHealth{})
 	deviceType       = reflect.TypeOf(Device{})
+	tagType          = reflect.TypeOf(Tag{})
 )
 
 func join(path, key string) string {
@@ -263,6 +266,9 @@ func (d *decoder) value(n *yaml.Node, v reflect.Value, path string) {
 		return
 	case deviceType:
 		d.device(n, v, path)
+		return
+	case tagType:
+		d.tag(n, v, path)
 		return
 	}
 	switch v.Kind() {
@@ -470,19 +476,42 @@ func (d *decoder) structureRest(n *yaml.Node, v reflect.Value, path string, rest
 }
 
 // device decodes a device: the keys every device has into Device, then
-// the rest, strictly, into the settings struct of the device's kind.
+// the rest, strictly, into the settings struct of the device's kind. Its
+// tags are decoded knowing the kind, which may be written after them.
 func (d *decoder) device(n *yaml.Node, v reflect.Value, path string) {
+	d.kind = scalarValue(n, "kind")
+	defer func() { d.kind = "" }()
 	var rest []int
 	if !d.structureRest(n, v, path, &rest) {
 		return
 	}
 	dev := v.Addr().Interface().(*Device)
-	k := LookupKind(dev.Kind)
+	dev.Settings = d.kindRest(n, rest, path, false)
+}
+
+// tag decodes a tag of a device of kind d.kind: the keys every tag has
+// into Tag, the rest, strictly, into the kind's tag settings.
+func (d *decoder) tag(n *yaml.Node, v reflect.Value, path string) {
+	var rest []int
+	if !d.structureRest(n, v, path, &rest) {
+		return
+	}
+	v.Addr().Interface().(*Tag).Settings = d.kindRest(n, rest, path, true)
+}
+
+// kindRest decodes the keys of the mapping n at the indexes rest, which
+// the common struct has no field for, into a new settings struct of the
+// kind d.kind (its tag settings when tag is set) and returns it: nil when
+// the kind has none. A key of another kind, or of none, is an error.
+func (d *decoder) kindRest(n *yaml.Node, rest []int, path string, tag bool) any {
+	k := LookupKind(d.kind)
+	var settings any
 	var sv reflect.Value
 	var own map[string][]int
-	if k != nil && k.Settings != nil {
-		dev.Settings = k.Settings()
-		sv, own = reflect.ValueOf(dev.Settings).Elem(), k.settingsKeys()
+	if k != nil {
+		if settings = k.newSettings(tag); settings != nil {
+			sv, own = reflect.ValueOf(settings).Elem(), k.settingsKeys(tag)
+		}
 	}
 	// For did-you-mean, built at the first unknown key: the keys of this
 	// kind and of the others.
@@ -495,19 +524,36 @@ func (d *decoder) device(n *yaml.Node, v reflect.Value, path string) {
 			d.value(val, sv.FieldByIndex(idx), p)
 			continue
 		}
-		if msg := foreignKey(key.Value, dev.Kind, false); msg != "" && k != nil {
+		if msg := foreignKey(key.Value, d.kind, tag); msg != "" && k != nil {
 			d.errorf(key, p, "%s", msg)
 			continue
 		}
 		if known == nil {
-			known, others = kindKeys(k), otherKindsKeys(k)
+			known, others = kindKeys(k, tag), otherKindsKeys(k, tag)
 		}
 		hint := suggest(key.Value, known)
 		if other := closest(key.Value, others); hint == "" && other != "" && k != nil {
-			hint = fmt.Sprintf(" (did you mean %q? %s)", other, foreignKey(other, dev.Kind, false))
+			hint = fmt.Sprintf(" (did you mean %q? %s)", other, foreignKey(other, d.kind, tag))
 		}
 		d.errorf(key, p, "unknown key %q%s", key.Value, hint)
 	}
+	return settings
+}
+
+// scalarValue is the scalar value of key in the mapping n, or "".
+func scalarValue(n *yaml.Node, key string) string {
+	if n.Kind != yaml.MappingNode {
+		return ""
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			if v := resolveAlias(n.Content[i+1]); v.Kind == yaml.ScalarNode {
+				return v.Value
+			}
+			return ""
+		}
+	}
+	return ""
 }
 
 // keySet finds a repeated key of one mapping. A struct's mapping has a

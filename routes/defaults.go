@@ -31,17 +31,9 @@ const (
 	DefaultDeviceConnectTimeout = 5 * time.Second
 	DefaultDeviceRequestTimeout = 2 * time.Second
 	DefaultDeviceCloseTimeout   = 1 * time.Second
-	DefaultUnitID               = 1
-	DefaultByteOrder            = "ABCD"
-	DefaultRegister             = "holding"
 	DefaultPollInterval         = 1 * time.Second
 	DefaultPublish              = "on_change"
 	DefaultTopic                = "leasebridge/{session}/{device}/{tag}"
-	DefaultModbusPort           = "502"
-	DefaultBaudRate             = 19200
-	DefaultDataBits             = 8
-	DefaultParity               = "E"
-	DefaultStopBits             = 1
 
 	// DefaultWriteQoS is a write route's qos: at QoS 1 a request published
 	// while no owner is connected waits in the session's persistent
@@ -108,8 +100,11 @@ func (c *Config) applyDefaults() {
 				setStr(&g.Mode, "poll")
 			}
 		}
-		if k := LookupKind(d.Kind); k != nil && k.Defaults != nil {
-			k.Defaults(c, name, d)
+		if k := LookupKind(d.Kind); k != nil {
+			k.ensureSettings(d)
+			if k.Defaults != nil {
+				k.Defaults(c, name, d)
+			}
 		}
 	}
 	for i, r := range c.Routes {
@@ -136,6 +131,25 @@ func (c *Config) applyDefaults() {
 				if m != nil {
 					setStr(&m.Direction, "in")
 				}
+			}
+		}
+	}
+}
+
+// ensureSettings gives d and its tags the kind's settings structs they
+// lack (a Device built in code, or a kind's defaults being documented), so
+// the kind's Defaults has them to fill.
+func (k *DeviceKind) ensureSettings(d *Device) {
+	if d.Settings == nil {
+		d.Settings = k.newSettings(false)
+	}
+	for _, g := range d.Groups {
+		if g == nil {
+			continue
+		}
+		for _, t := range g.Tags {
+			if t != nil && t.Settings == nil {
+				t.Settings = k.newSettings(true)
 			}
 		}
 	}
@@ -190,10 +204,7 @@ func DefaultValues() map[string]string {
 	kinds := Kinds()
 	c := &Config{Brokers: map[string]*Broker{"*": {}}, Devices: map[string]*Device{}}
 	for _, k := range kinds {
-		c.Devices[k] = &Device{Kind: k, Groups: []*PollGroup{{}}}
-		if spec := LookupKind(k); spec.Settings != nil {
-			c.Devices[k].Settings = spec.Settings()
-		}
+		c.Devices[k] = &Device{Kind: k, Groups: []*PollGroup{{Tags: []*Tag{{}}}}}
 	}
 	for _, k := range []string{RoutePoll, RouteWrite, RouteBridge} {
 		c.Routes = append(c.Routes, &Route{Kind: k, Topics: []*TopicMap{{}}})
@@ -221,8 +232,12 @@ func DefaultValues() map[string]string {
 	}
 	collect(reflect.ValueOf(c).Elem(), "", emit)
 	for _, k := range kinds {
-		if st := c.Devices[k].Settings; st != nil {
-			collect(reflect.ValueOf(st), "devices."+k, emit)
+		d := c.Devices[k]
+		if d.Settings != nil {
+			collect(reflect.ValueOf(d.Settings), "devices."+k, emit)
+		}
+		if st := d.Groups[0].Tags[0].Settings; st != nil {
+			collect(reflect.ValueOf(st), "devices."+k+".groups[*].tags[*]", emit)
 		}
 	}
 	out := map[string]string{

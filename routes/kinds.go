@@ -26,8 +26,11 @@ type DeviceKind struct {
 	// Keys are the Device fields, beyond the common ones, that a kind
 	// whose keys still live in Device accepts (modbus, opcua).
 	Keys []string
-	// TagKeys are the Tag keys, beyond the common ones, the kind accepts.
-	TagKeys []string
+	// TagSettings returns a new pointer to the kind's own tag
+	// configuration struct; a tag's keys that are not common to every tag
+	// are decoded into it strictly, with positions, and it becomes
+	// Tag.Settings. Nil for a kind without tag keys of its own.
+	TagSettings func() any
 	// Subscribe allows poll groups of mode subscribe.
 	Subscribe bool
 	// Defaults fills the kind's defaults of device name; may be nil.
@@ -55,9 +58,9 @@ type DeviceKind struct {
 var (
 	kindsMu  sync.RWMutex
 	kindsReg = map[string]*DeviceKind{}
-	// specific are the Device keys (false) and Tag keys (true) some
-	// registered kind claims, kept with the registry.
-	specific = map[bool][]string{}
+	// specific are the Device keys some registered kind claims through
+	// Keys, kept with the registry.
+	specific []string
 )
 
 // RegisterKind makes a device kind known to the configuration; transport
@@ -73,13 +76,7 @@ func RegisterKind(k DeviceKind) {
 		panic(fmt.Sprintf("routes: device kind %q registered twice", k.Name))
 	}
 	kindsReg[k.Name] = &k
-	for _, tag := range []bool{false, true} {
-		list := k.Keys
-		if tag {
-			list = k.TagKeys
-		}
-		specific[tag] = slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(specific[tag]), list...))))
-	}
+	specific = slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(specific), k.Keys...))))
 }
 
 // LookupKind returns the registered kind named name, or nil.
@@ -96,24 +93,36 @@ func Kinds() []string {
 	return sortedKeys(kindsReg)
 }
 
-// settingsKeys are the YAML keys of the kind's own configuration struct.
-func (k *DeviceKind) settingsKeys() map[string][]int {
-	if k.Settings == nil {
+// newSettings returns a new settings struct of the kind for a device, or
+// for a tag when tag is set; nil when the kind has none.
+func (k *DeviceKind) newSettings(tag bool) any {
+	mk := k.Settings
+	if tag {
+		mk = k.TagSettings
+	}
+	if mk == nil {
 		return nil
 	}
-	return fields(reflect.TypeOf(k.Settings()).Elem()).byKey
+	return mk()
+}
+
+// settingsKeys are the YAML keys of the kind's own configuration struct
+// for a device, or for a tag when tag is set.
+func (k *DeviceKind) settingsKeys(tag bool) map[string][]int {
+	s := k.newSettings(tag)
+	if s == nil {
+		return nil
+	}
+	return fields(reflect.TypeOf(s).Elem()).byKey
 }
 
 // accepts reports whether a device of this kind may carry the
 // kind-specific key (tag says whether it is a tag key).
 func (k *DeviceKind) accepts(key string, tag bool) bool {
-	if tag {
-		return slices.Contains(k.TagKeys, key)
-	}
-	if slices.Contains(k.Keys, key) {
+	if !tag && slices.Contains(k.Keys, key) {
 		return true
 	}
-	_, ok := k.settingsKeys()[key]
+	_, ok := k.settingsKeys(tag)[key]
 	return ok
 }
 
@@ -146,57 +155,65 @@ func foreignKey(key, kind string, tag bool) string {
 	return fmt.Sprintf("%s is %s %s %s, not %s", key, article, strings.Join(owners, "/"), what, kind)
 }
 
-// otherKindsKeys are the device keys of the registered kinds other than k.
-func otherKindsKeys(k *DeviceKind) map[string][]int {
+// otherKindsKeys are the device keys, or tag keys when tag is set, of the
+// registered kinds other than k.
+func otherKindsKeys(k *DeviceKind, tag bool) map[string][]int {
 	out := map[string][]int{}
 	for _, name := range Kinds() {
 		o := LookupKind(name)
 		if k != nil && name == k.Name {
 			continue
 		}
-		for _, key := range o.Keys {
-			out[key] = nil
+		if !tag {
+			for _, key := range o.Keys {
+				out[key] = nil
+			}
 		}
-		for key := range o.settingsKeys() {
+		for key := range o.settingsKeys(tag) {
 			out[key] = nil
 		}
 	}
 	return out
 }
 
-// kindSpecific are the Device or Tag keys some registered kind claims;
-// every other key of Device and Tag is common to all kinds.
-func kindSpecific(tag bool) []string {
+// kindSpecific are the Device keys some registered kind claims through
+// Keys; every other key of Device is common to all kinds.
+func kindSpecific() []string {
 	kindsMu.RLock()
 	defer kindsMu.RUnlock()
-	return specific[tag]
+	return specific
 }
 
-// checkForeignKeys refuses a written key of the device, or of its tag at
-// path when tag is set, that belongs to another kind: an s7 device
-// carrying unit_id is a mistake, not a no-op.
-func (c *Config) checkForeignKeys(path string, kind *DeviceKind, tag bool) Errors {
+// checkForeignKeys refuses a written key of the device at path that
+// belongs to another kind: an opcua device carrying rack is a mistake,
+// not a no-op.
+func (c *Config) checkForeignKeys(path string, kind *DeviceKind) Errors {
 	var errs Errors
-	for _, key := range kindSpecific(tag) {
-		if p := path + "." + key; c.written(p) && !kind.accepts(key, tag) {
-			errs = append(errs, c.errAt(p, "%s", foreignKey(key, kind.Name, tag)))
+	for _, key := range kindSpecific() {
+		if p := path + "." + key; c.written(p) && !kind.accepts(key, false) {
+			errs = append(errs, c.errAt(p, "%s", foreignKey(key, kind.Name, false)))
 		}
 	}
 	return errs
 }
 
 // kindKeys are the keys a device of kind k may carry, for did-you-mean:
-// the common Device keys, the kind's Device keys and its own settings.
-func kindKeys(k *DeviceKind) map[string][]int {
+// the common Device keys, the kind's Device keys and its own settings;
+// with tag set, the common Tag keys and the kind's tag settings.
+func kindKeys(k *DeviceKind, tag bool) map[string][]int {
 	out := map[string][]int{}
-	specific := kindSpecific(false)
-	for key, idx := range fields(reflect.TypeOf(Device{})).byKey {
-		if !slices.Contains(specific, key) || (k != nil && k.accepts(key, false)) {
+	common := reflect.TypeOf(Device{})
+	if tag {
+		common = reflect.TypeOf(Tag{})
+	}
+	specific := kindSpecific()
+	for key, idx := range fields(common).byKey {
+		if tag || !slices.Contains(specific, key) || (k != nil && k.accepts(key, false)) {
 			out[key] = idx
 		}
 	}
 	if k != nil {
-		for key, idx := range k.settingsKeys() {
+		for key, idx := range k.settingsKeys(tag) {
 			out[key] = idx
 		}
 	}

@@ -12,6 +12,8 @@ import (
 
 	"github.com/leasebridge/leasebridge/admission"
 	"github.com/leasebridge/leasebridge/routes"
+	// The Modbus kinds, which most of these configurations use.
+	"github.com/leasebridge/leasebridge/transports/modbus"
 )
 
 const base = `deployment_mode: clustered
@@ -71,8 +73,9 @@ func TestParseAppliesDefaults(t *testing.T) {
 		t.Errorf("broker defaults: activation %s client %q version %d", b.ActivationBound(), b.ClientID, b.ProtocolVersion)
 	}
 	d := cfg.Devices["plc"]
-	if *d.UnitID != 1 || d.ByteOrder != "ABCD" || !*d.MergeRequests || d.ActivationBound() != 7*time.Second {
-		t.Errorf("device defaults: unit %d order %s merge %v activation %s", *d.UnitID, d.ByteOrder, *d.MergeRequests, d.ActivationBound())
+	s := d.Settings.(*modbus.Config)
+	if *s.UnitID != 1 || s.ByteOrder != "ABCD" || !*s.MergeRequests || d.ActivationBound() != 7*time.Second {
+		t.Errorf("device defaults: unit %d order %s merge %v activation %s", *s.UnitID, s.ByteOrder, *s.MergeRequests, d.ActivationBound())
 	}
 	if cfg.LeaseStore.KeyPrefix != routes.DefaultKeyPrefix || cfg.Routes[0].Topic != routes.DefaultTopic {
 		t.Errorf("prefix %q topic %q", cfg.LeaseStore.KeyPrefix, cfg.Routes[0].Topic)

@@ -200,43 +200,86 @@ func table(b *strings.Builder, s section, fields, defaults map[string]string) []
 }
 
 // kindSections lists the registered device kinds with the keys each adds
-// to `devices.*`, and a key table for each kind with settings of its own,
-// documented from the comments of its package.
+// to `devices.*` and to its tags, and a key table for each settings struct
+// of a kind, documented from the comments of its package; kinds sharing
+// one struct share its table.
 func kindSections(defaults map[string]string) (string, error) {
 	var b strings.Builder
 	b.WriteString("## Device kinds\n\n")
 	b.WriteString("A device's `kind` decides which keys beyond the common ones (`kind`, `address`, the timeouts, `groups`) it may carry; a key of another kind is an error naming the kinds it belongs to.\n\n")
 	b.WriteString("| kind | device keys | tag keys | meaning |\n|---|---|---|---|\n")
-	var own []string
+	type own struct {
+		path  string
+		t     reflect.Type
+		kinds []string
+	}
+	var owns []*own
+	add := func(kind, path string, mk func() any) []string {
+		if mk == nil {
+			return nil
+		}
+		t := reflect.TypeOf(mk()).Elem()
+		i := slices.IndexFunc(owns, func(o *own) bool { return o.t == t && o.path == path })
+		if i < 0 {
+			owns = append(owns, &own{path: path, t: t})
+			i = len(owns) - 1
+		}
+		owns[i].kinds = append(owns[i].kinds, kind)
+		return yamlKeys(t)
+	}
 	for _, name := range routes.Kinds() {
 		k := routes.LookupKind(name)
-		keys := slices.Clone(k.Keys)
-		if k.Settings != nil {
-			own = append(own, name)
-			st := reflect.TypeOf(k.Settings()).Elem()
-			for i := 0; i < st.NumField(); i++ {
-				if key, _, _ := strings.Cut(st.Field(i).Tag.Get("yaml"), ","); key != "-" && key != "" {
-					keys = append(keys, key)
-				}
-			}
-		}
-		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", name, codeList(keys), codeList(k.TagKeys), k.Doc)
+		keys := append(slices.Clone(k.Keys), add(name, "devices.*", k.Settings)...)
+		tagKeys := add(name, "devices.*.groups[*].tags[*]", k.TagSettings)
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", name, codeList(keys), codeList(tagKeys), k.Doc)
 	}
 	b.WriteString("\n")
-	for _, name := range own {
-		st := reflect.TypeOf(routes.LookupKind(name).Settings()).Elem()
-		dir := "../../" + strings.TrimPrefix(st.PkgPath(), module)
-		fields, types, err := packageDocs(dir, st.PkgPath())
-		if err != nil {
+	for _, o := range owns {
+		if err := settingsTables(&b, o.kinds, section{"`" + o.path + "`", o.path, o.t}, defaults); err != nil {
 			return "", err
 		}
-		fmt.Fprintf(&b, "## `devices.*` of kind `%s`\n\n", name)
-		if d := types[st.Name()]; d != "" {
-			fmt.Fprintf(&b, "%s (%s)\n\n", d, strings.TrimPrefix(st.PkgPath(), module))
-		}
-		table(&b, section{path: "devices.*", t: st}, fields, defaults)
 	}
 	return b.String(), nil
+}
+
+// settingsTables writes the key table of a settings struct of kinds, and
+// those of the structs below it.
+func settingsTables(b *strings.Builder, kinds []string, s section, defaults map[string]string) error {
+	pkg := s.t.PkgPath()
+	fields, types, err := packageDocs("../../"+strings.TrimPrefix(pkg, module), pkg)
+	if err != nil {
+		return err
+	}
+	what := "kind"
+	if len(kinds) > 1 {
+		what = "kinds"
+	}
+	for queue := []section{s}; len(queue) > 0; queue = queue[1:] {
+		s := queue[0]
+		fmt.Fprintf(b, "## %s of %s %s\n\n", s.title, what, codeList(kinds))
+		if d := types[s.t.Name()]; d != "" {
+			fmt.Fprintf(b, "%s (%s)\n\n", d, strings.TrimPrefix(pkg, module))
+		}
+		queue = append(queue, table(b, s, fields, defaults)...)
+	}
+	return nil
+}
+
+// yamlKeys are the YAML keys of struct t in field order, following inline
+// structs.
+func yamlKeys(t reflect.Type) []string {
+	var keys []string
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		key, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		switch {
+		case opts == "inline":
+			keys = append(keys, yamlKeys(f.Type)...)
+		case key != "-" && key != "" && f.IsExported():
+			keys = append(keys, key)
+		}
+	}
+	return keys
 }
 
 // codeList renders keys as `a`, `b`; - when there are none.

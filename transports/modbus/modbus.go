@@ -8,7 +8,8 @@
 // Tags live in holding or input registers, coils or discrete inputs; a
 // poll group's adjacent tags are read with one request when merge_requests
 // is on. The configuration is a *routes.Device of kind modbus_tcp or
-// modbus_rtu.
+// modbus_rtu whose Settings and tags' Settings hold this package's Config
+// (RTUConfig) and TagConfig (config.go).
 package modbus
 
 import (
@@ -52,8 +53,8 @@ var (
 )
 
 func init() {
-	transports.Register(routes.KindModbusTCP, factory)
-	transports.Register(routes.KindModbusRTU, factory)
+	transports.Register(KindTCP, factory)
+	transports.Register(KindRTU, factory)
 }
 
 func factory(name string, cfg any) (transports.Transport, error) {
@@ -106,7 +107,7 @@ type Transport struct {
 	kind    string
 	address string
 	unit    byte
-	serial  routes.Serial
+	serial  Serial
 	merge   bool
 
 	*transports.Catalog[*group, *tag]
@@ -129,47 +130,50 @@ func New(name string, dev *routes.Device) (*Transport, error) {
 	if dev == nil {
 		return nil, fmt.Errorf("%w: transport %q: no device", ErrConfig, name)
 	}
+	s, err := settings(dev)
+	if err != nil {
+		return nil, fmt.Errorf("%w: device %q: %v", ErrConfig, name, err)
+	}
 	t := &Transport{
 		name:    name,
 		kind:    dev.Kind,
 		address: dev.Address,
-		serial:  dev.Serial,
-		merge:   dev.MergeRequests == nil || *dev.MergeRequests,
+		serial:  s.Serial.withDefaults(),
+		merge:   s.MergeRequests == nil || *s.MergeRequests,
 	}
 	switch dev.Kind {
-	case routes.KindModbusTCP:
+	case KindTCP:
 		if _, _, err := net.SplitHostPort(dev.Address); err != nil && dev.Address != "" && !strings.Contains(dev.Address, ":") {
 			// A bare host name means the standard Modbus port.
-			t.address = net.JoinHostPort(dev.Address, routes.DefaultModbusPort)
+			t.address = net.JoinHostPort(dev.Address, DefaultPort)
 		} else if err != nil {
 			return nil, fmt.Errorf("%w: device %q: address %q: want host:port: %v", ErrConfig, name, dev.Address, err)
 		}
 		t.dial = t.dialTCP
-	case routes.KindModbusRTU:
+	case KindRTU:
 		if dev.Address == "" {
 			return nil, fmt.Errorf("%w: device %q: address: want a serial device path such as /dev/ttyUSB0", ErrConfig, name)
 		}
 		t.dial = t.dialRTU
 	default:
-		return nil, fmt.Errorf("%w: device %q: kind %q: want %s or %s", ErrConfig, name, dev.Kind, routes.KindModbusTCP, routes.KindModbusRTU)
+		return nil, fmt.Errorf("%w: device %q: kind %q: want %s or %s", ErrConfig, name, dev.Kind, KindTCP, KindRTU)
 	}
-	unit := routes.DefaultUnitID
-	if dev.UnitID != nil {
-		unit = *dev.UnitID
+	unit := DefaultUnitID
+	if s.UnitID != nil {
+		unit = *s.UnitID
 	}
-	if unit < 0 || unit > 255 {
-		return nil, fmt.Errorf("%w: device %q: unit_id %d: want 0..255", ErrConfig, name, unit)
+	if err := checkUnit(unit); err != nil {
+		return nil, fmt.Errorf("%w: device %q: %v", ErrConfig, name, err)
 	}
 	t.unit = byte(unit)
-	order := ABCD
-	if dev.ByteOrder != "" {
-		o, ok := parseOrder(dev.ByteOrder)
+	order := DefaultByteOrder
+	if s.ByteOrder != "" {
+		o, ok := parseOrder(s.ByteOrder)
 		if !ok {
-			return nil, fmt.Errorf("%w: device %q: byte_order %q: want ABCD, DCBA, BADC or CDAB", ErrConfig, name, dev.ByteOrder)
+			return nil, fmt.Errorf("%w: device %q: %v", ErrConfig, name, errOrder(s.ByteOrder))
 		}
 		order = o
 	}
-	var err error
 	t.Catalog, err = transports.NewCatalog(name, dev, []string{"poll"}, errs,
 		func(tg *routes.Tag) (*tag, error) { return parseTag(tg, order) },
 		func(pg *routes.PollGroup, tags []*tag) *group {
@@ -218,7 +222,7 @@ func (t *Transport) connect(ctx context.Context) (*mconn, error) {
 		return nil, err
 	}
 	var pk modbus.Packager
-	if t.kind == routes.KindModbusRTU {
+	if t.kind == KindRTU {
 		h := modbus.NewRTUClientHandler(t.address)
 		h.SlaveId = t.unit
 		pk = h
@@ -247,18 +251,6 @@ func (t *Transport) dialRTU(ctx context.Context) (link, error) {
 		StopBits: t.serial.StopBits,
 		Parity:   t.serial.Parity,
 		Timeout:  rtuReadSlice,
-	}
-	if cfg.BaudRate == 0 {
-		cfg.BaudRate = 19200
-	}
-	if cfg.DataBits == 0 {
-		cfg.DataBits = 8
-	}
-	if cfg.Parity == "" {
-		cfg.Parity = "E"
-	}
-	if cfg.StopBits == 0 {
-		cfg.StopBits = 1
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err

@@ -204,7 +204,7 @@ func newRig(t *testing.T, p *plc, dev *routes.Device) *rig {
 	t.Helper()
 	srv := startServer(t, p)
 	px := transporttest.Proxy(t, srv.addr)
-	dev.Kind = routes.KindModbusTCP
+	dev.Kind = KindTCP
 	dev.Address = px.Addr()
 	tr, err := New("plc1", dev)
 	if err != nil {
