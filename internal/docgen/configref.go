@@ -234,6 +234,8 @@ func kindSections(defaults map[string]string) (string, error) {
 		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", name, codeList(keys), codeList(tagKeys), k.Doc)
 	}
 	b.WriteString("\n")
+	// The device tables, then the tag tables.
+	slices.SortStableFunc(owns, func(a, b *own) int { return len(a.path) - len(b.path) })
 	for _, o := range owns {
 		if err := settingsTables(&b, o.kinds, section{"`" + o.path + "`", o.path, o.t}, defaults); err != nil {
 			return "", err
