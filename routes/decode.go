@@ -524,8 +524,11 @@ func (d *decoder) kindRest(n *yaml.Node, rest []int, path string, tag bool) any 
 			d.value(val, sv.FieldByIndex(idx), p)
 			continue
 		}
-		if msg := foreignKey(key.Value, d.kind, tag); msg != "" && k != nil {
-			d.errorf(key, p, "%s", msg)
+		if msg := foreignKey(key.Value, d.kind, tag); msg != "" {
+			// With an unknown kind, the kind is the one error.
+			if k != nil {
+				d.errorf(key, p, "%s", msg)
+			}
 			continue
 		}
 		if known == nil {

@@ -24,7 +24,7 @@ type DeviceKind struct {
 	// Device.Settings. Nil for a kind without keys of its own.
 	Settings func() any
 	// Keys are the Device fields, beyond the common ones, that a kind
-	// whose keys still live in Device accepts (modbus, opcua).
+	// whose keys still live in Device accepts (opcua).
 	Keys []string
 	// TagSettings returns a new pointer to the kind's own tag
 	// configuration struct; a tag's keys that are not common to every tag

@@ -74,26 +74,16 @@ type TagConfig struct {
 }
 
 func init() {
-	routes.RegisterKind(routes.DeviceKind{
-		Name:        KindTCP,
-		Settings:    func() any { return &Config{} },
-		TagSettings: func() any { return &TagConfig{} },
-		Defaults:    defaults,
-		Check:       checkDevice,
-		CheckTag:    checkTag,
-		Endpoint:    tcpEndpoint,
-		Doc:         "A Modbus TCP server: `address` is host:port (port " + DefaultPort + " when omitted).",
-	})
-	routes.RegisterKind(routes.DeviceKind{
-		Name:        KindRTU,
-		Settings:    func() any { return &RTUConfig{} },
-		TagSettings: func() any { return &TagConfig{} },
-		Defaults:    defaults,
-		Check:       checkDevice,
-		CheckTag:    checkTag,
-		Endpoint:    rtuEndpoint,
-		Doc:         "A Modbus RTU line: `address` is the serial device path.",
-	})
+	for _, k := range []routes.DeviceKind{
+		{Name: KindTCP, Settings: func() any { return &Config{} }, Endpoint: tcpEndpoint,
+			Doc: "A Modbus TCP server: `address` is host:port (port " + DefaultPort + " when omitted)."},
+		{Name: KindRTU, Settings: func() any { return &RTUConfig{} }, Endpoint: rtuEndpoint,
+			Doc: "A Modbus RTU line: `address` is the serial device path."},
+	} {
+		k.TagSettings = func() any { return &TagConfig{} }
+		k.Defaults, k.Check, k.CheckTag = defaults, checkDevice, checkTag
+		routes.RegisterKind(k)
+	}
 }
 
 // settings is the device's configuration; a Device built in code may

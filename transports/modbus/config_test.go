@@ -7,54 +7,15 @@ import (
 	"testing"
 
 	"github.com/leasebridge/leasebridge/routes"
+	"github.com/leasebridge/leasebridge/transports/transporttest"
 	// s7 is another registered kind whose keys a Modbus device refuses.
 	_ "github.com/leasebridge/leasebridge/transports/s7"
 )
 
-// cfgBase has one broker; each test adds its devices and routes.
-const cfgBase = `deployment_mode: clustered
-lease_store: {endpoints: [http://127.0.0.1:2379]}
-manager: {failover_slo: 10m, broker_health_step_down: 60s}
-brokers:
-  local: {url: tcp://127.0.0.1:1883}
-devices:
-`
-
-const cfgRoute = `routes:
-  - {name: r, session: s, kind: poll, device: plc, broker: local}
-`
-
-// parseErrors parses y and returns its problems, one per line, or nil.
-func parseErrors(t *testing.T, y string) []string {
-	t.Helper()
-	_, err := routes.Parse("cfg.yaml", []byte(y))
-	if err == nil {
-		return nil
-	}
-	var errs routes.Errors
-	if !errors.As(err, &errs) {
-		t.Fatalf("error %v is not routes.Errors", err)
-	}
-	return strings.Split(errs.Error(), "\n")
-}
-
-func wantOnly(t *testing.T, y string, want ...string) {
-	t.Helper()
-	got := parseErrors(t, y)
-	if len(got) != len(want) {
-		t.Fatalf("errors %q, want %d: %q", got, len(want), want)
-	}
-	for i, w := range want {
-		if !strings.HasPrefix(got[i], w) {
-			t.Errorf("error %q, want it to start %q", got[i], w)
-		}
-	}
-}
-
 // The device's and the tags' keys decode into the kind's settings, with
 // defaults for the rest, and the transport is built from them.
 func TestConfigDecodesDeviceAndTagKeys(t *testing.T) {
-	cfg, err := routes.Parse("cfg.yaml", []byte(cfgBase+`  plc:
+	cfg, err := routes.Parse("cfg.yaml", []byte(transporttest.ConfigBase+`  plc:
     kind: modbus_rtu
     address: /dev/ttyUSB0
     unit_id: 7
@@ -66,7 +27,7 @@ func TestConfigDecodesDeviceAndTagKeys(t *testing.T) {
         tags:
           - {name: a, address: "0x10", register: input, type: int32, byte_order: ABCD}
           - {name: b, address: 4, type: bool, bit: 3}
-`+cfgRoute))
+`+transporttest.ConfigRoute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,25 +62,29 @@ func TestConfigDecodesDeviceAndTagKeys(t *testing.T) {
 // kinds they belong to; misspelt ones get a did-you-mean.
 func TestOtherKindsKeysAreRefused(t *testing.T) {
 	dev := func(kind, extra, tagExtra string) string {
-		return cfgBase + fmt.Sprintf("  plc:\n    kind: %s\n    address: 10.0.0.1\n%s    groups: [{name: g, tags: [{name: x, address: 1, type: int16%s}]}]\n", kind, extra, tagExtra) + cfgRoute
+		return transporttest.ConfigBase + fmt.Sprintf("  plc:\n    kind: %s\n    address: 10.0.0.1\n%s    groups: [{name: g, tags: [{name: x, address: 1, type: int16%s}]}]\n", kind, extra, tagExtra) + transporttest.ConfigRoute
 	}
-	wantOnly(t, dev(KindTCP, "    serial: {parity: N}\n", ""),
+	transporttest.WantConfigErrors(t, dev(KindTCP, "    serial: {parity: N}\n", ""),
 		"cfg.yaml:10:5: devices.plc.serial: serial is a modbus_rtu key, not modbus_tcp")
-	wantOnly(t, dev(KindTCP, "    rack: 1\n", ""),
+	transporttest.WantConfigErrors(t, dev(KindTCP, "    rack: 1\n", ""),
 		"cfg.yaml:10:5: devices.plc.rack: rack is a s7 key, not modbus_tcp")
-	wantOnly(t, dev(KindRTU, "    unit_di: 2\n", ""),
+	transporttest.WantConfigErrors(t, dev(KindRTU, "    unit_di: 2\n", ""),
 		`cfg.yaml:10:5: devices.plc.unit_di: unknown key "unit_di" (did you mean "unit_id"?)`)
-	wantOnly(t, dev(KindTCP, "", ", registr: coil"),
+	transporttest.WantConfigErrors(t, dev(KindTCP, "", ", registr: coil"),
 		`cfg.yaml:10:66: devices.plc.groups[0].tags[0].registr: unknown key "registr" (did you mean "register"?)`)
-	wantOnly(t, dev(KindTCP, "", ", rack: 1"),
+	transporttest.WantConfigErrors(t, dev(KindTCP, "", ", rack: 1"),
 		`cfg.yaml:10:66: devices.plc.groups[0].tags[0].rack: unknown key "rack"`)
+	// A misspelt kind is the one error: the keys of the kind meant are
+	// not reported too.
+	transporttest.WantConfigErrors(t, dev("modbus_tpc", "    unit_id: 2\n", ", register: coil"),
+		`cfg.yaml:8:5: devices.plc.kind: unknown device kind "modbus_tpc"`)
 	// The kind may be written after the tags.
-	wantOnly(t, cfgBase+"  plc: {groups: [{name: g, tags: [{name: x, address: 1, type: int16, bits: 3}]}], address: 10.0.0.1, kind: modbus_tcp}\n"+cfgRoute,
+	transporttest.WantConfigErrors(t, transporttest.ConfigBase+"  plc: {groups: [{name: g, tags: [{name: x, address: 1, type: int16, bits: 3}]}], address: 10.0.0.1, kind: modbus_tcp}\n"+transporttest.ConfigRoute,
 		`cfg.yaml:7:70: devices.plc.groups[0].tags[0].bits: unknown key "bits" (did you mean "bit"?)`)
 }
 
 func TestConfigValidationHasPositions(t *testing.T) {
-	wantOnly(t, cfgBase+`  plc:
+	transporttest.WantConfigErrors(t, transporttest.ConfigBase+`  plc:
     kind: modbus_rtu
     address: /dev/ttyS0
     unit_id: 300
@@ -129,13 +94,13 @@ func TestConfigValidationHasPositions(t *testing.T) {
       - name: g
         tags:
           - {name: x, address: 1, type: int16, register: memory}
-`+cfgRoute,
+`+transporttest.ConfigRoute,
 		`cfg.yaml:10:5: devices.plc.unit_id: unit_id 300: want 0..255`,
 		`cfg.yaml:11:5: devices.plc.byte_order: byte_order "abcd": want ABCD, DCBA, BADC or CDAB`,
 		`cfg.yaml:12:14: devices.plc.serial.parity: parity "X": want N, E or O`,
 		`cfg.yaml:16:48: devices.plc.groups[0].tags[0].register: register "memory": want holding, input, coil or discrete`,
 	)
-	wantOnly(t, cfgBase+"  plc: {kind: modbus_tcp, address: \"10.0.0.1:\"}\n"+cfgRoute,
+	transporttest.WantConfigErrors(t, transporttest.ConfigBase+"  plc: {kind: modbus_tcp, address: \"10.0.0.1:\"}\n"+transporttest.ConfigRoute,
 		`cfg.yaml:7:27: devices.plc.address: address "10.0.0.1:": want host, host:port or [ipv6]:port with a port 1..65535`)
 }
 
@@ -149,8 +114,8 @@ func TestAddressForms(t *testing.T) {
 		{"0", true}, {"65535", true}, {"0x64", true}, {"0XFFFF", true}, {"0100", true}, {" 7 ", true},
 		{"65536", false}, {"0x10000", false}, {"-1", false}, {"1e3", false}, {"40001x", false}, {"0o17", false},
 	} {
-		y := cfgBase + fmt.Sprintf("  plc: {kind: modbus_tcp, address: 10.0.0.1, groups: [{name: g, tags: [{name: x, address: %q, type: int16}]}]}\n", c.addr) + cfgRoute
-		cfgOK := parseErrors(t, y) == nil
+		y := transporttest.ConfigBase + fmt.Sprintf("  plc: {kind: modbus_tcp, address: 10.0.0.1, groups: [{name: g, tags: [{name: x, address: %q, type: int16}]}]}\n", c.addr) + transporttest.ConfigRoute
+		cfgOK := transporttest.ConfigErrors(t, y) == nil
 		_, err := New("plc", &routes.Device{Kind: KindTCP, Address: "10.0.0.1",
 			Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Name: "x", Address: c.addr, Type: "int16"}}}}})
 		if cfgOK != c.ok || (err == nil) != c.ok {
