@@ -204,7 +204,7 @@ func DefaultValues() map[string]string {
 	kinds := Kinds()
 	c := &Config{Brokers: map[string]*Broker{"*": {}}, Devices: map[string]*Device{}}
 	for _, k := range kinds {
-		c.Devices[k] = &Device{Kind: k, Groups: []*PollGroup{{Tags: []*Tag{{}}}}}
+		c.Devices[k] = &Device{Kind: k, Groups: []*PollGroup{{}}}
 	}
 	for _, k := range []string{RoutePoll, RouteWrite, RouteBridge} {
 		c.Routes = append(c.Routes, &Route{Kind: k, Topics: []*TopicMap{{}}})
@@ -231,15 +231,7 @@ func DefaultValues() map[string]string {
 		raw[path][value] = true
 	}
 	collect(reflect.ValueOf(c).Elem(), "", emit)
-	for _, k := range kinds {
-		d := c.Devices[k]
-		if d.Settings != nil {
-			collect(reflect.ValueOf(d.Settings), "devices."+k, emit)
-		}
-		if st := d.Groups[0].Tags[0].Settings; st != nil {
-			collect(reflect.ValueOf(st), "devices."+k+".groups[*].tags[*]", emit)
-		}
-	}
+	collectSettings(kinds, emit)
 	out := map[string]string{
 		// These follow each device's name and data_dir.
 		"devices.*.cert_file": "<data_dir>/opcua/<device>-cert.pem (opcua)",
@@ -264,6 +256,25 @@ func DefaultValues() map[string]string {
 		out[path] = d
 	}
 	return out
+}
+
+// collectSettings emits the defaults of each kind's own settings, of the
+// device and of a tag.
+func collectSettings(kinds []string, emit func(path, value string)) {
+	for _, k := range kinds {
+		spec := LookupKind(k)
+		d := &Device{Kind: k, Groups: []*PollGroup{{Tags: []*Tag{{}}}}}
+		spec.ensureSettings(d)
+		if spec.Defaults != nil {
+			spec.Defaults(&Config{}, "", d)
+		}
+		if d.Settings != nil {
+			collect(reflect.ValueOf(d.Settings), "devices."+k, emit)
+		}
+		if st := d.Groups[0].Tags[0].Settings; st != nil {
+			collect(reflect.ValueOf(st), "devices."+k+".groups[*].tags[*]", emit)
+		}
+	}
 }
 
 // collect calls emit for every non-zero scalar below v with its key path.

@@ -12,10 +12,19 @@ import (
 	_ "github.com/leasebridge/leasebridge/transports/s7"
 )
 
+// cfgBase has one broker; each test adds its devices and routes.
+const cfgBase = transporttest.ConfigHead
+
+const cfgRoute = `routes:
+  - {name: r, session: s, kind: poll, device: plc, broker: local}
+`
+
+var parseErrors, wantOnly = transporttest.ConfigErrors, transporttest.WantConfigErrors
+
 // The device's and the tags' keys decode into the kind's settings, with
 // defaults for the rest, and the transport is built from them.
 func TestConfigDecodesDeviceAndTagKeys(t *testing.T) {
-	cfg, err := routes.Parse("cfg.yaml", []byte(transporttest.ConfigBase+`  plc:
+	cfg, err := routes.Parse("cfg.yaml", []byte(cfgBase+`  plc:
     kind: modbus_rtu
     address: /dev/ttyUSB0
     unit_id: 7
@@ -27,7 +36,7 @@ func TestConfigDecodesDeviceAndTagKeys(t *testing.T) {
         tags:
           - {name: a, address: "0x10", register: input, type: int32, byte_order: ABCD}
           - {name: b, address: 4, type: bool, bit: 3}
-`+transporttest.ConfigRoute))
+`+cfgRoute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,29 +71,29 @@ func TestConfigDecodesDeviceAndTagKeys(t *testing.T) {
 // kinds they belong to; misspelt ones get a did-you-mean.
 func TestOtherKindsKeysAreRefused(t *testing.T) {
 	dev := func(kind, extra, tagExtra string) string {
-		return transporttest.ConfigBase + fmt.Sprintf("  plc:\n    kind: %s\n    address: 10.0.0.1\n%s    groups: [{name: g, tags: [{name: x, address: 1, type: int16%s}]}]\n", kind, extra, tagExtra) + transporttest.ConfigRoute
+		return cfgBase + fmt.Sprintf("  plc:\n    kind: %s\n    address: 10.0.0.1\n%s    groups: [{name: g, tags: [{name: x, address: 1, type: int16%s}]}]\n", kind, extra, tagExtra) + cfgRoute
 	}
-	transporttest.WantConfigErrors(t, dev(KindTCP, "    serial: {parity: N}\n", ""),
+	wantOnly(t, dev(KindTCP, "    serial: {parity: N}\n", ""),
 		"cfg.yaml:10:5: devices.plc.serial: serial is a modbus_rtu key, not modbus_tcp")
-	transporttest.WantConfigErrors(t, dev(KindTCP, "    rack: 1\n", ""),
+	wantOnly(t, dev(KindTCP, "    rack: 1\n", ""),
 		"cfg.yaml:10:5: devices.plc.rack: rack is a s7 key, not modbus_tcp")
-	transporttest.WantConfigErrors(t, dev(KindRTU, "    unit_di: 2\n", ""),
+	wantOnly(t, dev(KindRTU, "    unit_di: 2\n", ""),
 		`cfg.yaml:10:5: devices.plc.unit_di: unknown key "unit_di" (did you mean "unit_id"?)`)
-	transporttest.WantConfigErrors(t, dev(KindTCP, "", ", registr: coil"),
+	wantOnly(t, dev(KindTCP, "", ", registr: coil"),
 		`cfg.yaml:10:66: devices.plc.groups[0].tags[0].registr: unknown key "registr" (did you mean "register"?)`)
-	transporttest.WantConfigErrors(t, dev(KindTCP, "", ", rack: 1"),
+	wantOnly(t, dev(KindTCP, "", ", rack: 1"),
 		`cfg.yaml:10:66: devices.plc.groups[0].tags[0].rack: unknown key "rack"`)
 	// A misspelt kind is the one error: the keys of the kind meant are
 	// not reported too.
-	transporttest.WantConfigErrors(t, dev("modbus_tpc", "    unit_id: 2\n", ", register: coil"),
+	wantOnly(t, dev("modbus_tpc", "    unit_id: 2\n", ", register: coil"),
 		`cfg.yaml:8:5: devices.plc.kind: unknown device kind "modbus_tpc"`)
 	// The kind may be written after the tags.
-	transporttest.WantConfigErrors(t, transporttest.ConfigBase+"  plc: {groups: [{name: g, tags: [{name: x, address: 1, type: int16, bits: 3}]}], address: 10.0.0.1, kind: modbus_tcp}\n"+transporttest.ConfigRoute,
+	wantOnly(t, cfgBase+"  plc: {groups: [{name: g, tags: [{name: x, address: 1, type: int16, bits: 3}]}], address: 10.0.0.1, kind: modbus_tcp}\n"+cfgRoute,
 		`cfg.yaml:7:70: devices.plc.groups[0].tags[0].bits: unknown key "bits" (did you mean "bit"?)`)
 }
 
 func TestConfigValidationHasPositions(t *testing.T) {
-	transporttest.WantConfigErrors(t, transporttest.ConfigBase+`  plc:
+	wantOnly(t, cfgBase+`  plc:
     kind: modbus_rtu
     address: /dev/ttyS0
     unit_id: 300
@@ -94,13 +103,13 @@ func TestConfigValidationHasPositions(t *testing.T) {
       - name: g
         tags:
           - {name: x, address: 1, type: int16, register: memory}
-`+transporttest.ConfigRoute,
+`+cfgRoute,
 		`cfg.yaml:10:5: devices.plc.unit_id: unit_id 300: want 0..255`,
 		`cfg.yaml:11:5: devices.plc.byte_order: byte_order "abcd": want ABCD, DCBA, BADC or CDAB`,
 		`cfg.yaml:12:14: devices.plc.serial.parity: parity "X": want N, E or O`,
 		`cfg.yaml:16:48: devices.plc.groups[0].tags[0].register: register "memory": want holding, input, coil or discrete`,
 	)
-	transporttest.WantConfigErrors(t, transporttest.ConfigBase+"  plc: {kind: modbus_tcp, address: \"10.0.0.1:\"}\n"+transporttest.ConfigRoute,
+	wantOnly(t, cfgBase+"  plc: {kind: modbus_tcp, address: \"10.0.0.1:\"}\n"+cfgRoute,
 		`cfg.yaml:7:27: devices.plc.address: address "10.0.0.1:": want host, host:port or [ipv6]:port with a port 1..65535`)
 }
 
@@ -114,8 +123,8 @@ func TestAddressForms(t *testing.T) {
 		{"0", true}, {"65535", true}, {"0x64", true}, {"0XFFFF", true}, {"0100", true}, {" 7 ", true},
 		{"65536", false}, {"0x10000", false}, {"-1", false}, {"1e3", false}, {"40001x", false}, {"0o17", false},
 	} {
-		y := transporttest.ConfigBase + fmt.Sprintf("  plc: {kind: modbus_tcp, address: 10.0.0.1, groups: [{name: g, tags: [{name: x, address: %q, type: int16}]}]}\n", c.addr) + transporttest.ConfigRoute
-		cfgOK := transporttest.ConfigErrors(t, y) == nil
+		y := cfgBase + fmt.Sprintf("  plc: {kind: modbus_tcp, address: 10.0.0.1, groups: [{name: g, tags: [{name: x, address: %q, type: int16}]}]}\n", c.addr) + cfgRoute
+		cfgOK := parseErrors(t, y) == nil
 		_, err := New("plc", &routes.Device{Kind: KindTCP, Address: "10.0.0.1",
 			Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Name: "x", Address: c.addr, Type: "int16"}}}}})
 		if cfgOK != c.ok || (err == nil) != c.ok {

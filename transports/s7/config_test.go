@@ -1,16 +1,56 @@
 package s7
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/leasebridge/leasebridge/routes"
-	"github.com/leasebridge/leasebridge/transports/transporttest"
 )
 
+// cfgBase has one broker; each test adds its devices and routes.
+const cfgBase = `deployment_mode: clustered
+lease_store: {endpoints: [http://127.0.0.1:2379]}
+manager: {failover_slo: 10m, broker_health_step_down: 60s}
+brokers:
+  local: {url: tcp://127.0.0.1:1883}
+devices:
+`
+
+const cfgRoute = `routes:
+  - {name: r, session: s, kind: poll, device: plc, broker: local}
+`
+
+// parseErrors parses y and returns its problems, one per line, or nil.
+func parseErrors(t *testing.T, y string) []string {
+	t.Helper()
+	_, err := routes.Parse("cfg.yaml", []byte(y))
+	if err == nil {
+		return nil
+	}
+	var errs routes.Errors
+	if !errors.As(err, &errs) {
+		t.Fatalf("error %v is not routes.Errors", err)
+	}
+	return strings.Split(errs.Error(), "\n")
+}
+
+func wantOnly(t *testing.T, y string, want ...string) {
+	t.Helper()
+	got := parseErrors(t, y)
+	if len(got) != len(want) {
+		t.Fatalf("errors %q, want %d: %q", got, len(want), want)
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(got[i], w) {
+			t.Errorf("error %q, want it to start %q", got[i], w)
+		}
+	}
+}
+
 func TestConfigDecodesRackAndSlot(t *testing.T) {
-	cfg, err := routes.Parse("cfg.yaml", []byte(transporttest.ConfigBase+"  plc: {kind: s7, address: 10.0.0.1, rack: 1, slot: 2}\n"+transporttest.ConfigRoute))
+	cfg, err := routes.Parse("cfg.yaml", []byte(cfgBase+"  plc: {kind: s7, address: 10.0.0.1, rack: 1, slot: 2}\n"+cfgRoute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,24 +75,24 @@ func TestOtherKindsKeysAreRefused(t *testing.T) {
 		{"security_policy", "None", "n opcua key"},
 		{"username", "op", "n opcua key"},
 	} {
-		y := transporttest.ConfigBase + "  plc:\n    kind: s7\n    address: 10.0.0.1\n    " + c.key + ": " + c.value + "\n" + transporttest.ConfigRoute
-		transporttest.WantConfigErrors(t, y, fmt.Sprintf("cfg.yaml:10:5: devices.plc.%s: %s is a%s, not s7", c.key, c.key, c.owners))
+		y := cfgBase + "  plc:\n    kind: s7\n    address: 10.0.0.1\n    " + c.key + ": " + c.value + "\n" + cfgRoute
+		wantOnly(t, y, fmt.Sprintf("cfg.yaml:10:5: devices.plc.%s: %s is a%s, not s7", c.key, c.key, c.owners))
 	}
 	// A tag key of another kind, and one of this kind on another kind.
-	transporttest.WantConfigErrors(t, transporttest.ConfigBase+"  plc: {kind: s7, address: 10.0.0.1, groups: [{name: g, tags: [{name: x, address: MW0, type: int16, register: holding}]}]}\n"+transporttest.ConfigRoute,
+	wantOnly(t, cfgBase+"  plc: {kind: s7, address: 10.0.0.1, groups: [{name: g, tags: [{name: x, address: MW0, type: int16, register: holding}]}]}\n"+cfgRoute,
 		"cfg.yaml:7:101: devices.plc.groups[0].tags[0].register: register is a modbus_rtu/modbus_tcp tag key, not s7")
-	transporttest.WantConfigErrors(t, transporttest.ConfigBase+"  plc: {kind: modbus_tcp, address: 10.0.0.1, slot: 1}\n"+transporttest.ConfigRoute,
+	wantOnly(t, cfgBase+"  plc: {kind: modbus_tcp, address: 10.0.0.1, slot: 1}\n"+cfgRoute,
 		"cfg.yaml:7:46: devices.plc.slot: slot is a s7 key, not modbus_tcp")
 	// A misspelt key of the kind's own is suggested; one of another kind
 	// is suggested with whose it is.
-	transporttest.WantConfigErrors(t, transporttest.ConfigBase+"  plc: {kind: s7, address: 10.0.0.1, solt: 1}\n"+transporttest.ConfigRoute,
+	wantOnly(t, cfgBase+"  plc: {kind: s7, address: 10.0.0.1, solt: 1}\n"+cfgRoute,
 		`cfg.yaml:7:38: devices.plc.solt: unknown key "solt" (did you mean "slot"?)`)
-	transporttest.WantConfigErrors(t, transporttest.ConfigBase+"  plc: {kind: s7, address: 10.0.0.1, securty_policy: None}\n"+transporttest.ConfigRoute,
+	wantOnly(t, cfgBase+"  plc: {kind: s7, address: 10.0.0.1, securty_policy: None}\n"+cfgRoute,
 		`cfg.yaml:7:38: devices.plc.securty_policy: unknown key "securty_policy" (did you mean "security_policy"? security_policy is an opcua key, not s7)`)
 }
 
 func TestConfigValidationHasPositions(t *testing.T) {
-	transporttest.WantConfigErrors(t, transporttest.ConfigBase+`  plc:
+	wantOnly(t, cfgBase+`  plc:
     kind: s7
     address: "10.0.0.1:"
     rack: 9
@@ -61,7 +101,7 @@ func TestConfigValidationHasPositions(t *testing.T) {
         tags:
           - {name: x, address: DB1.DBQ3, type: int16}
           - {name: y, address: DB1.DBW2, type: int32}
-`+transporttest.ConfigRoute,
+`+cfgRoute,
 		`cfg.yaml:9:5: devices.plc.address: address "10.0.0.1:": want host, host:port or [ipv6]:port with a port 1..65535`,
 		`cfg.yaml:10:5: devices.plc.rack: rack 9 slot 0: want rack 0..7 and slot 0..31`,
 		`cfg.yaml:14:23: devices.plc.groups[0].tags[0].address: address "DB1.DBQ3": want DB<n>.DBX<byte>.<bit>`,
@@ -82,8 +122,8 @@ func TestAddressForms(t *testing.T) {
 		{"DB1.DBQ3", "int16", false}, {"X1", "int16", false}, {"M5.8", "bool", false},
 	} {
 		addr, typ, ok := c.addr, c.typ, c.ok
-		y := transporttest.ConfigBase + fmt.Sprintf("  plc: {kind: s7, address: 10.0.0.1, groups: [{name: g, tags: [{name: x, address: %q, type: %s, length: 8}]}]}\n", addr, typ) + transporttest.ConfigRoute
-		if got := transporttest.ConfigErrors(t, y); (got == nil) != ok {
+		y := cfgBase + fmt.Sprintf("  plc: {kind: s7, address: 10.0.0.1, groups: [{name: g, tags: [{name: x, address: %q, type: %s, length: 8}]}]}\n", addr, typ) + cfgRoute
+		if got := parseErrors(t, y); (got == nil) != ok {
 			t.Errorf("S7 address %q (%s): errors %q, want accepted %v", addr, typ, got, ok)
 		}
 	}
@@ -124,10 +164,10 @@ func TestOneCPUTwiceIsRefused(t *testing.T) {
 		}
 		return strings.Join(out, "\n")
 	}
-	if got := refusals(transporttest.ConfigBase + dev("a", "10.0.0.6", 1) + dev("b", "10.0.0.6:102", 1) + routesOf); !strings.Contains(got, "s7://10.0.0.6:102 rack 0 slot 1") {
+	if got := refusals(cfgBase + dev("a", "10.0.0.6", 1) + dev("b", "10.0.0.6:102", 1) + routesOf); !strings.Contains(got, "s7://10.0.0.6:102 rack 0 slot 1") {
 		t.Errorf("one CPU twice: refusals %q, want the endpoint named", got)
 	}
-	if got := refusals(transporttest.ConfigBase + dev("a", "10.0.0.6", 2) + dev("b", "10.0.0.6:102", 3) + routesOf); got != "" {
+	if got := refusals(cfgBase + dev("a", "10.0.0.6", 2) + dev("b", "10.0.0.6:102", 3) + routesOf); got != "" {
 		t.Errorf("two slots: refused %q", got)
 	}
 }

@@ -8,25 +8,9 @@ import (
 	"github.com/leasebridge/leasebridge/routes"
 )
 
-// ConfigBase starts a configuration file with one broker, local, and an
-// open devices mapping: a kind's configuration test adds its devices,
-// indented by two spaces, and then ConfigRoute or routes of its own.
-const ConfigBase = `deployment_mode: clustered
-lease_store: {endpoints: [http://127.0.0.1:2379]}
-manager: {failover_slo: 10m, broker_health_step_down: 60s}
-brokers:
-  local: {url: tcp://127.0.0.1:1883}
-devices:
-`
-
-// ConfigRoute is a poll route of device plc.
-const ConfigRoute = `routes:
-  - {name: r, session: s, kind: poll, device: plc, broker: local}
-`
-
-// ConfigErrors parses the configuration y, as file cfg.yaml, and returns
-// its problems, one per line, or nil.
-func ConfigErrors(t *testing.T, y string) []string {
+// ConfigErrors parses the configuration y as cfg.yaml and returns its
+// problems, one per line, or nil when it is valid.
+func ConfigErrors(t testing.TB, y string) []string {
 	t.Helper()
 	_, err := routes.Parse("cfg.yaml", []byte(y))
 	if err == nil {
@@ -39,9 +23,9 @@ func ConfigErrors(t *testing.T, y string) []string {
 	return strings.Split(errs.Error(), "\n")
 }
 
-// WantConfigErrors fails unless y has exactly one problem per want, in
-// order, each starting with it.
-func WantConfigErrors(t *testing.T, y string, want ...string) {
+// WantConfigErrors asserts that y has exactly the problems want, in
+// order, each given by a prefix (file:line:column: path: message).
+func WantConfigErrors(t testing.TB, y string, want ...string) {
 	t.Helper()
 	got := ConfigErrors(t, y)
 	if len(got) != len(want) {
@@ -53,3 +37,14 @@ func WantConfigErrors(t *testing.T, y string, want ...string) {
 		}
 	}
 }
+
+// ConfigHead is a valid clustered configuration up to an empty devices
+// key (line 6), for a kind's test to append its devices and routes to;
+// its broker is named local.
+const ConfigHead = `deployment_mode: clustered
+lease_store: {endpoints: [http://127.0.0.1:2379]}
+manager: {failover_slo: 10m, broker_health_step_down: 60s}
+brokers:
+  local: {url: tcp://127.0.0.1:1883}
+devices:
+`
