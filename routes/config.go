@@ -239,6 +239,11 @@ type PollGroup struct {
 	PublishingInterval Duration `yaml:"publishing_interval"`
 	// Tags are the values read together.
 	Tags []*Tag `yaml:"tags"`
+	// Settings is the kind's own group configuration, decoded from the
+	// keys of its DeviceKind.GroupSettings (a *modbus.GroupConfig for the
+	// Modbus kinds); nil for a kind without group keys or a PollGroup
+	// built in code.
+	Settings any `yaml:"-"`
 	// Line is where the group is defined.
 	Line int `yaml:"-"`
 }

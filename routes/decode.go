@@ -219,6 +219,7 @@ var (
 	durationType     = reflect.TypeOf(Duration(0))
 	brokerHealthType = reflect.TypeOf(BrokerHealth{})
 	deviceType       = reflect.TypeOf(Device{})
+	groupType        = reflect.TypeOf(PollGroup{})
 	tagType          = reflect.TypeOf(Tag{})
 )
 
@@ -267,8 +268,11 @@ func (d *decoder) value(n *yaml.Node, v reflect.Value, path string) {
 	case deviceType:
 		d.device(n, v, path)
 		return
+	case groupType:
+		d.kindStruct(n, v, path, groupLevel)
+		return
 	case tagType:
-		d.tag(n, v, path)
+		d.kindStruct(n, v, path, tagLevel)
 		return
 	}
 	switch v.Kind() {
@@ -486,31 +490,34 @@ func (d *decoder) device(n *yaml.Node, v reflect.Value, path string) {
 		return
 	}
 	dev := v.Addr().Interface().(*Device)
-	dev.Settings = d.kindRest(n, rest, path, false)
+	dev.Settings = d.kindRest(n, rest, path, deviceLevel)
 }
 
-// tag decodes a tag of a device of kind d.kind: the keys every tag has
-// into Tag, the rest, strictly, into the kind's tag settings.
-func (d *decoder) tag(n *yaml.Node, v reflect.Value, path string) {
+// kindStruct decodes a poll group or a tag of a device of kind d.kind:
+// the keys every one has into v, the rest, strictly, into the kind's
+// settings for the level.
+func (d *decoder) kindStruct(n *yaml.Node, v reflect.Value, path string, l level) {
 	var rest []int
 	if !d.structureRest(n, v, path, &rest) {
 		return
 	}
-	v.Addr().Interface().(*Tag).Settings = d.kindRest(n, rest, path, true)
+	if s := d.kindRest(n, rest, path, l); s != nil {
+		v.FieldByName("Settings").Set(reflect.ValueOf(s))
+	}
 }
 
 // kindRest decodes the keys of the mapping n at the indexes rest, which
 // the common struct has no field for, into a new settings struct of the
-// kind d.kind (its tag settings when tag is set) and returns it: nil when
-// the kind has none. A key of another kind, or of none, is an error.
-func (d *decoder) kindRest(n *yaml.Node, rest []int, path string, tag bool) any {
+// kind d.kind for the level and returns it: nil when the kind has none.
+// A key of another kind, or of none, is an error.
+func (d *decoder) kindRest(n *yaml.Node, rest []int, path string, l level) any {
 	k := LookupKind(d.kind)
 	var settings any
 	var sv reflect.Value
 	var own map[string][]int
 	if k != nil {
-		if settings = k.newSettings(tag); settings != nil {
-			sv, own = reflect.ValueOf(settings).Elem(), k.settingsKeys(tag)
+		if settings = k.newSettings(l); settings != nil {
+			sv, own = reflect.ValueOf(settings).Elem(), k.settingsKeys(l)
 		}
 	}
 	// For did-you-mean, built at the first unknown key: the keys of this
@@ -524,7 +531,7 @@ func (d *decoder) kindRest(n *yaml.Node, rest []int, path string, tag bool) any 
 			d.value(val, sv.FieldByIndex(idx), p)
 			continue
 		}
-		if msg := foreignKey(key.Value, d.kind, tag); msg != "" {
+		if msg := foreignKey(key.Value, d.kind, l); msg != "" {
 			// With an unknown kind, the kind is the one error.
 			if k != nil {
 				d.errorf(key, p, "%s", msg)
@@ -532,11 +539,11 @@ func (d *decoder) kindRest(n *yaml.Node, rest []int, path string, tag bool) any 
 			continue
 		}
 		if known == nil {
-			known, others = kindKeys(k, tag), otherKindsKeys(k, tag)
+			known, others = kindKeys(k, l), otherKindsKeys(k, l)
 		}
 		hint := suggest(key.Value, known)
 		if other := closest(key.Value, others); hint == "" && other != "" && k != nil {
-			hint = fmt.Sprintf(" (did you mean %q? %s)", other, foreignKey(other, d.kind, tag))
+			hint = fmt.Sprintf(" (did you mean %q? %s)", other, foreignKey(other, d.kind, l))
 		}
 		d.errorf(key, p, "unknown key %q%s", key.Value, hint)
 	}

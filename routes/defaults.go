@@ -136,20 +136,23 @@ func (c *Config) applyDefaults() {
 	}
 }
 
-// ensureSettings gives d and its tags the kind's settings structs they
-// lack (a Device built in code, or a kind's defaults being documented), so
-// the kind's Defaults has them to fill.
+// ensureSettings gives d, its groups and its tags the kind's settings
+// structs they lack (a Device built in code, or a kind's defaults being
+// documented), so the kind's Defaults has them to fill.
 func (k *DeviceKind) ensureSettings(d *Device) {
 	if d.Settings == nil {
-		d.Settings = k.newSettings(false)
+		d.Settings = k.newSettings(deviceLevel)
 	}
 	for _, g := range d.Groups {
 		if g == nil {
 			continue
 		}
+		if g.Settings == nil {
+			g.Settings = k.newSettings(groupLevel)
+		}
 		for _, t := range g.Tags {
 			if t != nil && t.Settings == nil {
-				t.Settings = k.newSettings(true)
+				t.Settings = k.newSettings(tagLevel)
 			}
 		}
 	}
@@ -259,7 +262,7 @@ func DefaultValues() map[string]string {
 }
 
 // collectSettings emits the defaults of each kind's own settings, of the
-// device and of a tag.
+// device, of a poll group and of a tag.
 func collectSettings(kinds []string, emit func(path, value string)) {
 	for _, k := range kinds {
 		spec := LookupKind(k)
@@ -270,6 +273,9 @@ func collectSettings(kinds []string, emit func(path, value string)) {
 		}
 		if d.Settings != nil {
 			collect(reflect.ValueOf(d.Settings), "devices."+k, emit)
+		}
+		if st := d.Groups[0].Settings; st != nil {
+			collect(reflect.ValueOf(st), "devices."+k+".groups[*]", emit)
 		}
 		if st := d.Groups[0].Tags[0].Settings; st != nil {
 			collect(reflect.ValueOf(st), "devices."+k+".groups[*].tags[*]", emit)

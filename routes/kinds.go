@@ -26,6 +26,10 @@ type DeviceKind struct {
 	// Keys are the Device fields, beyond the common ones, that a kind
 	// whose keys still live in Device accepts (opcua).
 	Keys []string
+	// GroupSettings returns a new pointer to the kind's own poll group
+	// configuration struct, decoded as TagSettings is, into
+	// PollGroup.Settings. Nil for a kind without group keys of its own.
+	GroupSettings func() any
 	// TagSettings returns a new pointer to the kind's own tag
 	// configuration struct; a tag's keys that are not common to every tag
 	// are decoded into it strictly, with positions, and it becomes
@@ -93,13 +97,28 @@ func Kinds() []string {
 	return sortedKeys(kindsReg)
 }
 
-// newSettings returns a new settings struct of the kind for a device, or
-// for a tag when tag is set; nil when the kind has none.
-func (k *DeviceKind) newSettings(tag bool) any {
-	mk := k.Settings
-	if tag {
-		mk = k.TagSettings
-	}
+// level is where a kind's own keys are written: on a device, on one of
+// its poll groups or on one of their tags.
+type level int
+
+const (
+	deviceLevel level = iota
+	groupLevel
+	tagLevel
+)
+
+// noun names the level's keys in messages.
+func (l level) noun() string { return [...]string{"key", "group key", "tag key"}[l] }
+
+// common is the struct holding the keys every kind has at the level.
+func (l level) common() reflect.Type {
+	return [...]reflect.Type{deviceType, groupType, tagType}[l]
+}
+
+// newSettings returns a new settings struct of the kind for the level;
+// nil when the kind has none there.
+func (k *DeviceKind) newSettings(l level) any {
+	mk := [...]func() any{k.Settings, k.GroupSettings, k.TagSettings}[l]
 	if mk == nil {
 		return nil
 	}
@@ -107,9 +126,9 @@ func (k *DeviceKind) newSettings(tag bool) any {
 }
 
 // settingsKeys are the YAML keys of the kind's own configuration struct
-// for a device, or for a tag when tag is set.
-func (k *DeviceKind) settingsKeys(tag bool) map[string][]int {
-	s := k.newSettings(tag)
+// for the level.
+func (k *DeviceKind) settingsKeys(l level) map[string][]int {
+	s := k.newSettings(l)
 	if s == nil {
 		return nil
 	}
@@ -117,20 +136,20 @@ func (k *DeviceKind) settingsKeys(tag bool) map[string][]int {
 }
 
 // accepts reports whether a device of this kind may carry the
-// kind-specific key (tag says whether it is a tag key).
-func (k *DeviceKind) accepts(key string, tag bool) bool {
-	if !tag && slices.Contains(k.Keys, key) {
+// kind-specific key at the level.
+func (k *DeviceKind) accepts(key string, l level) bool {
+	if l == deviceLevel && slices.Contains(k.Keys, key) {
 		return true
 	}
-	_, ok := k.settingsKeys(tag)[key]
+	_, ok := k.settingsKeys(l)[key]
 	return ok
 }
 
 // ownersOf lists the registered kinds other than except that accept key.
-func ownersOf(key, except string, tag bool) []string {
+func ownersOf(key, except string, l level) []string {
 	var out []string
 	for _, name := range Kinds() {
-		if k := LookupKind(name); name != except && k.accepts(key, tag) {
+		if k := LookupKind(name); name != except && k.accepts(key, l) {
 			out = append(out, name)
 		}
 	}
@@ -139,37 +158,33 @@ func ownersOf(key, except string, tag bool) []string {
 
 // foreignKey is the message for a key that belongs to other kinds, or ""
 // when no registered kind accepts it.
-func foreignKey(key, kind string, tag bool) string {
-	owners := ownersOf(key, kind, tag)
+func foreignKey(key, kind string, l level) string {
+	owners := ownersOf(key, kind, l)
 	if len(owners) == 0 {
 		return ""
-	}
-	what := "key"
-	if tag {
-		what = "tag key"
 	}
 	article := "a"
 	if strings.ContainsRune("aeiou", rune(owners[0][0])) {
 		article = "an"
 	}
-	return fmt.Sprintf("%s is %s %s %s, not %s", key, article, strings.Join(owners, "/"), what, kind)
+	return fmt.Sprintf("%s is %s %s %s, not %s", key, article, strings.Join(owners, "/"), l.noun(), kind)
 }
 
-// otherKindsKeys are the device keys, or tag keys when tag is set, of the
-// registered kinds other than k.
-func otherKindsKeys(k *DeviceKind, tag bool) map[string][]int {
+// otherKindsKeys are the keys at the level of the registered kinds other
+// than k.
+func otherKindsKeys(k *DeviceKind, l level) map[string][]int {
 	out := map[string][]int{}
 	for _, name := range Kinds() {
 		o := LookupKind(name)
 		if k != nil && name == k.Name {
 			continue
 		}
-		if !tag {
+		if l == deviceLevel {
 			for _, key := range o.Keys {
 				out[key] = nil
 			}
 		}
-		for key := range o.settingsKeys(tag) {
+		for key := range o.settingsKeys(l) {
 			out[key] = nil
 		}
 	}
@@ -190,30 +205,26 @@ func kindSpecific() []string {
 func (c *Config) checkForeignKeys(path string, kind *DeviceKind) Errors {
 	var errs Errors
 	for _, key := range kindSpecific() {
-		if p := path + "." + key; c.written(p) && !kind.accepts(key, false) {
-			errs = append(errs, c.errAt(p, "%s", foreignKey(key, kind.Name, false)))
+		if p := path + "." + key; c.written(p) && !kind.accepts(key, deviceLevel) {
+			errs = append(errs, c.errAt(p, "%s", foreignKey(key, kind.Name, deviceLevel)))
 		}
 	}
 	return errs
 }
 
-// kindKeys are the keys a device of kind k may carry, for did-you-mean:
-// the common Device keys, the kind's Device keys and its own settings;
-// with tag set, the common Tag keys and the kind's tag settings.
-func kindKeys(k *DeviceKind, tag bool) map[string][]int {
+// kindKeys are the keys kind k allows at the level, for did-you-mean: the
+// common keys there (a device's less those other kinds claim through
+// Keys), the kind's Keys and its own settings.
+func kindKeys(k *DeviceKind, l level) map[string][]int {
 	out := map[string][]int{}
-	common := reflect.TypeOf(Device{})
-	if tag {
-		common = reflect.TypeOf(Tag{})
-	}
 	specific := kindSpecific()
-	for key, idx := range fields(common).byKey {
-		if tag || !slices.Contains(specific, key) || (k != nil && k.accepts(key, false)) {
+	for key, idx := range fields(l.common()).byKey {
+		if l != deviceLevel || !slices.Contains(specific, key) || (k != nil && k.accepts(key, l)) {
 			out[key] = idx
 		}
 	}
 	if k != nil {
-		for key, idx := range k.settingsKeys(tag) {
+		for key, idx := range k.settingsKeys(l) {
 			out[key] = idx
 		}
 	}
