@@ -200,14 +200,14 @@ func table(b *strings.Builder, s section, fields, defaults map[string]string) []
 }
 
 // kindSections lists the registered device kinds with the keys each adds
-// to `devices.*` and to its tags, and a key table for each settings struct
+// to `devices.*`, to its groups and to its tags, and a key table for each settings struct
 // of a kind, documented from the comments of its package; kinds sharing
 // one struct share its table.
 func kindSections(defaults map[string]string) (string, error) {
 	var b strings.Builder
 	b.WriteString("## Device kinds\n\n")
-	b.WriteString("A device's `kind` decides which keys beyond the common ones (`kind`, `address`, the timeouts, `groups`) it may carry; a key of another kind is an error naming the kinds it belongs to.\n\n")
-	b.WriteString("| kind | device keys | tag keys | meaning |\n|---|---|---|---|\n")
+	b.WriteString("A device's `kind` decides which keys beyond the common ones (`kind`, `address`, the timeouts, `groups`) it may carry, on the device, its groups and its tags; a key of another kind is an error naming the kinds it belongs to.\n\n")
+	b.WriteString("| kind | device keys | group keys | tag keys | meaning |\n|---|---|---|---|---|\n")
 	type own struct {
 		path  string
 		t     reflect.Type
@@ -230,11 +230,12 @@ func kindSections(defaults map[string]string) (string, error) {
 	for _, name := range routes.Kinds() {
 		k := routes.LookupKind(name)
 		keys := append(slices.Clone(k.Keys), add(name, "devices.*", k.Settings)...)
+		groupKeys := add(name, "devices.*.groups[*]", k.GroupSettings)
 		tagKeys := add(name, "devices.*.groups[*].tags[*]", k.TagSettings)
-		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", name, codeList(keys), codeList(tagKeys), k.Doc)
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s |\n", name, codeList(keys), codeList(groupKeys), codeList(tagKeys), k.Doc)
 	}
 	b.WriteString("\n")
-	// The device tables, then the tag tables.
+	// The device tables, then the group and the tag tables.
 	slices.SortStableFunc(owns, func(a, b *own) int { return len(a.path) - len(b.path) })
 	for _, o := range owns {
 		if err := settingsTables(&b, o.kinds, section{"`" + o.path + "`", o.path, o.t}, defaults); err != nil {

@@ -62,6 +62,15 @@ type Serial struct {
 	StopBits int `yaml:"stop_bits"`
 }
 
+// GroupConfig holds the keys a Modbus poll group has beyond those of every
+// group; routes decodes them strictly into the group's Settings.
+type GroupConfig struct {
+	// UnitID is the unit (slave) id of the group's requests, for a Modbus
+	// TCP gateway or an RS-485 line with several units behind the
+	// device's one endpoint and connection. Default: the device's unit_id.
+	UnitID *int `yaml:"unit_id"`
+}
+
 // TagConfig holds the keys a Modbus tag has beyond those of every tag;
 // routes decodes them strictly into the tag's Settings.
 type TagConfig struct {
@@ -80,6 +89,7 @@ func init() {
 		{Name: KindRTU, Settings: func() any { return &RTUConfig{} }, Endpoint: rtuEndpoint,
 			Doc: "A Modbus RTU line: `address` is the serial device path."},
 	} {
+		k.GroupSettings = func() any { return &GroupConfig{} }
 		k.TagSettings = func() any { return &TagConfig{} }
 		k.Defaults, k.Check, k.CheckTag = defaults, checkDevice, checkTag
 		routes.RegisterKind(k)
@@ -101,16 +111,29 @@ func settings(dev *routes.Device) (*RTUConfig, error) {
 	return nil, fmt.Errorf("settings are %T, want *modbus.Config or *modbus.RTUConfig", dev.Settings)
 }
 
-// tagSettings is the tag's configuration; a Tag built in code may carry
-// none, which means a holding register in the device's byte order.
-func tagSettings(tg *routes.Tag) (*TagConfig, error) {
-	switch s := tg.Settings.(type) {
+// settingsOf returns a group's or a tag's settings s as *T: a new zero T
+// for one built in code without any, an error for another kind's.
+func settingsOf[T any](s any) (*T, error) {
+	switch s := s.(type) {
 	case nil:
-		return &TagConfig{}, nil
-	case *TagConfig:
+		return new(T), nil
+	case *T:
 		return s, nil
 	}
-	return nil, fmt.Errorf("settings are %T, want *modbus.TagConfig", tg.Settings)
+	return nil, fmt.Errorf("settings are %T, want %T", s, (*T)(nil))
+}
+
+// groupUnit is the unit id of a poll group's requests: its own unit_id,
+// or the device's.
+func groupUnit(pg *routes.PollGroup, device byte) (byte, error) {
+	s, err := settingsOf[GroupConfig](pg.Settings)
+	if err != nil || s.UnitID == nil {
+		return device, err
+	}
+	if err := checkUnit(*s.UnitID); err != nil {
+		return 0, err
+	}
+	return byte(*s.UnitID), nil
 }
 
 // withDefaults fills the serial line's unset fields.
@@ -205,6 +228,14 @@ func checkDevice(c *routes.Config, path string, d *routes.Device) routes.Errors 
 	if p := s.Serial.Parity; d.Kind == KindRTU && !slices.Contains([]string{"N", "E", "O"}, p) {
 		add(path+".serial.parity", fmt.Errorf("parity %q: want N, E or O", p))
 	}
+	for i, g := range d.Groups {
+		if g == nil {
+			continue
+		}
+		if _, err := groupUnit(g, 0); err != nil {
+			add(fmt.Sprintf("%s.groups[%d].unit_id", path, i), err)
+		}
+	}
 	return errs
 }
 
@@ -213,7 +244,7 @@ func checkDevice(c *routes.Config, path string, d *routes.Device) routes.Errors 
 func checkTag(c *routes.Config, path string, _ *routes.Device, t *routes.Tag) routes.Errors {
 	var errs routes.Errors
 	add := func(p, format string, args ...any) { errs = append(errs, c.ErrorAt(p, fmt.Sprintf(format, args...))) }
-	s, err := tagSettings(t)
+	s, err := settingsOf[TagConfig](t.Settings)
 	if err != nil {
 		add(path, "%v", err)
 		return errs

@@ -146,3 +146,30 @@ func TestForeignSettingsAreRefused(t *testing.T) {
 		t.Errorf("tag settings of another kind: %v", err)
 	}
 }
+
+// A group's unit_id decodes into its GroupConfig and is checked with its
+// position; it is a key of the Modbus kinds' groups only.
+func TestGroupUnitID(t *testing.T) {
+	cfg, err := routes.Parse("cfg.yaml", []byte(cfgBase+`  plc:
+    kind: modbus_tcp
+    address: 10.0.0.1
+    groups:
+      - {name: a, tags: [{name: x, address: 1, type: int16}]}
+      - {name: b, unit_id: 2, tags: [{name: y, address: 1, type: int16}]}
+`+cfgRoute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := cfg.Devices["plc"].Groups
+	a, aok := gs[0].Settings.(*GroupConfig)
+	b, bok := gs[1].Settings.(*GroupConfig)
+	if !aok || !bok || a.UnitID != nil || b.UnitID == nil || *b.UnitID != 2 {
+		t.Fatalf("group settings %#v %#v", gs[0].Settings, gs[1].Settings)
+	}
+	wantOnly(t, cfgBase+"  plc: {kind: modbus_rtu, address: /dev/ttyS0, groups: [{name: g, unit_id: 256, tags: [{name: x, address: 1, type: int16}]}]}\n"+cfgRoute,
+		`cfg.yaml:7:67: devices.plc.groups[0].unit_id: unit_id 256: want 0..255`)
+	wantOnly(t, cfgBase+"  plc: {kind: s7, address: 10.0.0.1, groups: [{name: g, unit_id: 2, tags: [{name: x, address: DB1.DBW0, type: int16}]}]}\n"+cfgRoute,
+		`cfg.yaml:7:57: devices.plc.groups[0].unit_id: unit_id is a modbus_rtu/modbus_tcp group key, not s7`)
+	wantOnly(t, cfgBase+"  plc: {kind: modbus_tcp, address: 10.0.0.1, groups: [{name: g, unitid: 2, tags: [{name: x, address: 1, type: int16}]}]}\n"+cfgRoute,
+		`cfg.yaml:7:65: devices.plc.groups[0].unitid: unknown key "unitid" (did you mean "unit_id"?)`)
+}

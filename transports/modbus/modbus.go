@@ -118,10 +118,12 @@ type Transport struct {
 	dial func(ctx context.Context) (link, error)
 }
 
-// mconn is one open connection and the goburrow client framing on it.
+// mconn is one open connection and the goburrow client framing on it;
+// unit is the framing's unit id, set before each request.
 type mconn struct {
-	l link
-	c modbus.Client
+	l    link
+	c    modbus.Client
+	unit *byte
 }
 
 // New builds a transport for a modbus_tcp or modbus_rtu device, checking
@@ -174,9 +176,21 @@ func New(name string, dev *routes.Device) (*Transport, error) {
 		}
 		order = o
 	}
+	units := map[*routes.PollGroup]byte{}
+	for _, pg := range dev.Groups {
+		if pg == nil {
+			continue
+		}
+		if units[pg], err = groupUnit(pg, t.unit); err != nil {
+			return nil, fmt.Errorf("%w: device %q: group %q: %v", ErrConfig, name, pg.Name, err)
+		}
+	}
 	t.Catalog, err = transports.NewCatalog(name, dev, []string{"poll"}, errs,
 		func(tg *routes.Tag) (*tag, error) { return parseTag(tg, order) },
 		func(pg *routes.PollGroup, tags []*tag) *group {
+			for _, tg := range tags {
+				tg.unit = units[pg]
+			}
 			g := &group{name: pg.Name, tags: tags, reqs: plan(tags, t.merge)}
 			if t.first == nil && len(g.reqs) > 0 {
 				t.first = &g.reqs[0]
@@ -208,7 +222,7 @@ func (t *Transport) Open(ctx context.Context) error {
 		if t.first == nil {
 			return nil
 		}
-		if _, err := t.read(actx, t.first.table, t.first.start, t.first.count); err != nil && !errors.Is(err, ErrException) {
+		if _, err := t.read(actx, t.first.unit, t.first.table, t.first.start, t.first.count); err != nil && !errors.Is(err, ErrException) {
 			return fmt.Errorf("device %q: first read of %s %d+%d: %w", t.name, t.first.table, t.first.start, t.first.count, err)
 		}
 		return nil
@@ -222,16 +236,16 @@ func (t *Transport) connect(ctx context.Context) (*mconn, error) {
 		return nil, err
 	}
 	var pk modbus.Packager
+	var unit *byte
 	if t.kind == KindRTU {
 		h := modbus.NewRTUClientHandler(t.address)
-		h.SlaveId = t.unit
-		pk = h
+		pk, unit = h, &h.SlaveId
 	} else {
 		h := modbus.NewTCPClientHandler(t.address)
-		h.SlaveId = t.unit
-		pk = h
+		pk, unit = h, &h.SlaveId
 	}
-	return &mconn{l: l, c: modbus.NewClient2(pk, l)}, nil
+	*unit = t.unit
+	return &mconn{l: l, c: modbus.NewClient2(pk, l), unit: unit}, nil
 }
 
 func (t *Transport) dialTCP(ctx context.Context) (link, error) {
@@ -265,17 +279,19 @@ func (t *Transport) dialRTU(ctx context.Context) (link, error) {
 // op names a request in errors; it is formatted only when one is made.
 type op struct {
 	verb  string // "read" or "write"
+	unit  byte
 	table table
 	start uint16
 	count int // registers or bits; 0 for a single-register or coil write
 }
 
-// String reads e.g. "read holding 0+8" or "write coil 3".
+// String reads e.g. "read holding 0+8 of unit 1" or "write coil 3 of
+// unit 2".
 func (o op) String() string {
 	if o.count == 0 {
-		return fmt.Sprintf("%s %s %d", o.verb, o.table, o.start)
+		return fmt.Sprintf("%s %s %d of unit %d", o.verb, o.table, o.start, o.unit)
 	}
-	return fmt.Sprintf("%s %s %d+%d", o.verb, o.table, o.start, o.count)
+	return fmt.Sprintf("%s %s %d+%d of unit %d", o.verb, o.table, o.start, o.count, o.unit)
 }
 
 // exchange runs one request on the connection, bounded by request_timeout
@@ -296,6 +312,7 @@ func (t *Transport) exchange(ctx context.Context, what op, fn func(modbus.Client
 	if err != nil {
 		return nil, err
 	}
+	*mc.unit = what.unit
 	res, err := fn(mc.c)
 	end()
 	if err == nil {
@@ -311,10 +328,10 @@ func (t *Transport) exchange(ctx context.Context, what op, fn func(modbus.Client
 	return nil, t.Failed(ctx, mc, what.String(), err, timedOut)
 }
 
-// read reads count registers or bits of a table; bits come back one byte
-// per bit (0 or 1), registers as wire bytes.
-func (t *Transport) read(ctx context.Context, tb table, start uint16, count int) ([]byte, error) {
-	what := op{verb: "read", table: tb, start: start, count: count}
+// read reads count registers or bits of a table of a unit; bits come
+// back one byte per bit (0 or 1), registers as wire bytes.
+func (t *Transport) read(ctx context.Context, unit byte, tb table, start uint16, count int) ([]byte, error) {
+	what := op{verb: "read", unit: unit, table: tb, start: start, count: count}
 	n := uint16(count)
 	res, err := t.exchange(ctx, what, func(c modbus.Client) ([]byte, error) {
 		switch tb {
@@ -361,7 +378,7 @@ func (t *Transport) Poll(ctx context.Context, name string) ([]transports.Value, 
 	t.Lock()
 	defer t.Unlock()
 	for _, r := range g.reqs {
-		raw, err := t.read(ctx, r.table, r.start, r.count)
+		raw, err := t.read(ctx, r.unit, r.table, r.start, r.count)
 		now := time.Now()
 		switch {
 		case err == nil:
@@ -371,7 +388,7 @@ func (t *Transport) Poll(ctx context.Context, name string) ([]transports.Value, 
 		case errors.Is(err, ErrException) && len(r.tags) > 1:
 			for _, i := range r.tags {
 				tg := g.tags[i]
-				raw, err := t.read(ctx, tg.table, tg.start, tg.count)
+				raw, err := t.read(ctx, tg.unit, tg.table, tg.start, tg.count)
 				now := time.Now()
 				if err == nil {
 					vals[i] = decodeValue(tg, raw, tg.start, now)
@@ -436,7 +453,7 @@ func (t *Transport) Write(ctx context.Context, name string, value any) error {
 		if b {
 			v = 0xFF00
 		}
-		_, err = t.exchange(ctx, op{verb: "write", table: coil, start: tg.start}, func(c modbus.Client) ([]byte, error) {
+		_, err = t.exchange(ctx, op{verb: "write", unit: tg.unit, table: coil, start: tg.start}, func(c modbus.Client) ([]byte, error) {
 			return c.WriteSingleCoil(tg.start, v)
 		})
 		if err != nil {
@@ -448,7 +465,7 @@ func (t *Transport) Write(ctx context.Context, name string, value any) error {
 		if err != nil {
 			return wrap(fmt.Errorf("%w: %w", ErrValue, err))
 		}
-		raw, err := t.read(ctx, holding, tg.start, 1)
+		raw, err := t.read(ctx, tg.unit, holding, tg.start, 1)
 		if err != nil {
 			return wrap(err)
 		}
@@ -458,7 +475,7 @@ func (t *Transport) Write(ctx context.Context, name string, value any) error {
 		} else {
 			v &^= 1 << uint(tg.bit)
 		}
-		_, err = t.exchange(ctx, op{verb: "write", table: holding, start: tg.start}, func(c modbus.Client) ([]byte, error) {
+		_, err = t.exchange(ctx, op{verb: "write", unit: tg.unit, table: holding, start: tg.start}, func(c modbus.Client) ([]byte, error) {
 			return c.WriteSingleRegister(tg.start, v)
 		})
 		if err != nil {
@@ -470,7 +487,7 @@ func (t *Transport) Write(ctx context.Context, name string, value any) error {
 	if err != nil {
 		return wrap(err)
 	}
-	_, err = t.exchange(ctx, op{verb: "write", table: holding, start: tg.start, count: tg.count}, func(c modbus.Client) ([]byte, error) {
+	_, err = t.exchange(ctx, op{verb: "write", unit: tg.unit, table: holding, start: tg.start, count: tg.count}, func(c modbus.Client) ([]byte, error) {
 		if len(wire) == 2 {
 			return c.WriteSingleRegister(tg.start, uint16(wire[0])<<8|uint16(wire[1]))
 		}

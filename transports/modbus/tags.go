@@ -43,8 +43,9 @@ type tag struct {
 	count    int    // registers or bits
 	typ      tagvalue.Type
 	order    ByteOrder
-	bit      int // bit in a register for bool register tags, else -1
-	length   int // bytes of a string: two per register
+	bit      int  // bit in a register for bool register tags, else -1
+	unit     byte // the unit id of its group
+	length   int  // bytes of a string: two per register
 	scale    *float64
 	offset   float64
 	writable bool
@@ -57,7 +58,7 @@ func parseTag(tg *routes.Tag, devOrder ByteOrder) (*tag, error) {
 	if tg.Name == "" {
 		return nil, fmt.Errorf("%w: a tag at address %q has no name", ErrConfig, tg.Address)
 	}
-	s, err := tagSettings(tg)
+	s, err := settingsOf[TagConfig](tg.Settings)
 	if err != nil {
 		return nil, fmt.Errorf("%w: tag %q: %v", ErrConfig, tg.Name, err)
 	}
@@ -133,8 +134,9 @@ func parseTag(tg *routes.Tag, devOrder ByteOrder) (*tag, error) {
 	return t, nil
 }
 
-// request is one read covering one or more tags of one table.
+// request is one read covering one or more tags of one table of a unit.
 type request struct {
+	unit  byte
 	table table
 	start uint16
 	count int
@@ -166,7 +168,7 @@ func plan(tags []*tag, merge bool) []request {
 				limit = maxReadBits
 			}
 			end := int(r.start) + r.count
-			if r.table == t.table && int(t.start) <= end {
+			if r.unit == t.unit && r.table == t.table && int(t.start) <= end {
 				newEnd := max(end, int(t.start)+t.count)
 				if newEnd-int(r.start) <= limit {
 					r.count = newEnd - int(r.start)
@@ -175,7 +177,7 @@ func plan(tags []*tag, merge bool) []request {
 				}
 			}
 		}
-		reqs = append(reqs, request{table: t.table, start: t.start, count: t.count, tags: []int{i}})
+		reqs = append(reqs, request{unit: t.unit, table: t.table, start: t.start, count: t.count, tags: []int{i}})
 	}
 	return reqs
 }
