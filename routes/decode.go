@@ -203,7 +203,8 @@ type decoder struct {
 	file  string
 	errs  Errors
 	lines map[string]pos
-	// kind is the kind of the device being decoded, for its tags.
+	// kind is the kind of the device being decoded, for its groups and
+	// tags.
 	kind string
 }
 
@@ -481,7 +482,8 @@ func (d *decoder) structureRest(n *yaml.Node, v reflect.Value, path string, rest
 
 // device decodes a device: the keys every device has into Device, then
 // the rest, strictly, into the settings struct of the device's kind. Its
-// tags are decoded knowing the kind, which may be written after them.
+// groups and tags are decoded knowing the kind, which may be written
+// after them.
 func (d *decoder) device(n *yaml.Node, v reflect.Value, path string) {
 	d.kind = scalarValue(n, "kind")
 	defer func() { d.kind = "" }()
