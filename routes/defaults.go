@@ -261,24 +261,23 @@ func DefaultValues() map[string]string {
 	return out
 }
 
-// collectSettings emits the defaults of each kind's own settings, of the
-// device, of a poll group and of a tag.
+// collectSettings emits the defaults of each kind's own settings: of a
+// device, of a poll group and of a tag. A kind's default may follow the
+// device's name or data_dir: the kind's Defaults run under the
+// placeholders <device> and <data_dir>.
 func collectSettings(kinds []string, emit func(path, value string)) {
+	placeholder := &Config{DataDir: "<data_dir>"}
 	for _, k := range kinds {
 		spec := LookupKind(k)
 		d := &Device{Kind: k, Groups: []*PollGroup{{Tags: []*Tag{{}}}}}
 		spec.ensureSettings(d)
 		if spec.Defaults != nil {
-			spec.Defaults(&Config{}, "", d)
+			spec.Defaults(placeholder, "<device>", d)
 		}
-		if d.Settings != nil {
-			collect(reflect.ValueOf(d.Settings), "devices."+k, emit)
-		}
-		if st := d.Groups[0].Settings; st != nil {
-			collect(reflect.ValueOf(st), "devices."+k+".groups[*]", emit)
-		}
-		if st := d.Groups[0].Tags[0].Settings; st != nil {
-			collect(reflect.ValueOf(st), "devices."+k+".groups[*].tags[*]", emit)
+		for at, s := range map[string]any{"": d.Settings, ".groups[*]": d.Groups[0].Settings, ".groups[*].tags[*]": d.Groups[0].Tags[0].Settings} {
+			if s != nil {
+				collect(reflect.ValueOf(s), "devices."+k+at, emit)
+			}
 		}
 	}
 }

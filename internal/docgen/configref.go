@@ -253,6 +253,16 @@ func settingsTables(b *strings.Builder, kinds []string, s section, defaults map[
 	if err != nil {
 		return err
 	}
+	// A kind's settings may inline a routes type (Credentials).
+	shared, _, err := fieldDocs()
+	if err != nil {
+		return err
+	}
+	for k, v := range shared {
+		if _, ok := fields[k]; !ok {
+			fields[k] = v
+		}
+	}
 	what := "kind"
 	if len(kinds) > 1 {
 		what = "kinds"
@@ -268,17 +278,16 @@ func settingsTables(b *strings.Builder, kinds []string, s section, defaults map[
 	return nil
 }
 
-// yamlKeys are the YAML keys of struct t in field order, following inline
-// structs.
+// yamlKeys are the keys of the struct t in order, those of its inline
+// structs in their place.
 func yamlKeys(t reflect.Type) []string {
 	var keys []string
 	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		key, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		key, opts, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
 		switch {
 		case opts == "inline":
-			keys = append(keys, yamlKeys(f.Type)...)
-		case key != "-" && key != "" && f.IsExported():
+			keys = append(keys, yamlKeys(t.Field(i).Type)...)
+		case key != "-" && key != "":
 			keys = append(keys, key)
 		}
 	}
