@@ -162,13 +162,6 @@ type Broker struct {
 	Line int `yaml:"-"`
 }
 
-// Device kinds whose keys live in Device; other kinds register their own
-// settings (RegisterKind), such as s7 in transports/s7 and modbus_tcp and
-// modbus_rtu in transports/modbus.
-const (
-	KindOPCUA = "opcua"
-)
-
 // Device is one exclusive device connection and its tags.
 type Device struct {
 	// Kind is modbus_tcp, modbus_rtu, s7 or opcua: a kind registered by
@@ -186,27 +179,14 @@ type Device struct {
 	// CloseTimeout bounds closing the connection.
 	CloseTimeout Duration `yaml:"close_timeout"`
 
-	// SecurityPolicy of an OPC UA session: None or Basic256Sha256.
-	SecurityPolicy string `yaml:"security_policy"`
-	// SecurityMode of an OPC UA session: None, Sign or SignAndEncrypt;
-	// defaults to None with policy None and to SignAndEncrypt otherwise.
-	SecurityMode string `yaml:"security_mode"`
-	// CertFile is the OPC UA client certificate (PEM); created on first use
-	// and kept. Default: <data_dir>/opcua/<device>-cert.pem.
-	CertFile string `yaml:"cert_file"`
-	// KeyFile is the OPC UA client certificate's key. Default:
-	// <data_dir>/opcua/<device>-key.pem.
-	KeyFile     string `yaml:"key_file"`
-	Credentials `yaml:",inline"`
-
 	// Groups are the device's poll groups.
 	Groups []*PollGroup `yaml:"groups"`
 	// Pin limits the nodes the sessions using the device may run on.
 	Pin `yaml:",inline"`
 	// Settings is the kind's own configuration, decoded from the keys
-	// its DeviceKind declares (a *s7.Config for s7, a *modbus.Config for
-	// modbus_tcp); nil for a kind without settings or a Device built in
-	// code.
+	// its DeviceKind declares (a *s7.Config for s7, a *opcua.Config for
+	// opcua, a *modbus.Config for modbus_tcp); nil for a kind without
+	// settings or a Device built in code.
 	Settings any `yaml:"-"`
 	// Line is where the device is defined.
 	Line int `yaml:"-"`
@@ -364,6 +344,21 @@ type BrokerHealth admission.BrokerHealth
 // set. Like a password_file that is missing, it is the deployment's to
 // provide: admit, a dry run away from it, accepts both; run refuses them.
 var ErrPasswordEnvUnset = errors.New("routes: password_env names a variable that is not set")
+
+// credentials returns c; a kind's settings that embed Credentials
+// disclose them through it (Device.Credentials).
+func (c Credentials) credentials() Credentials { return c }
+
+// Credentials are the user and password source of the device's kind
+// settings, when they embed Credentials (opcua does), so that admit can
+// tell a password the deployment has not provided.
+func (d *Device) Credentials() (Credentials, bool) {
+	s, ok := d.Settings.(interface{ credentials() Credentials })
+	if !ok {
+		return Credentials{}, false
+	}
+	return s.credentials(), true
+}
 
 // Password reads the password from password_file (trailing newline
 // dropped) or password_env; empty when neither is set. It is read when a

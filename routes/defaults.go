@@ -236,9 +236,6 @@ func DefaultValues() map[string]string {
 	collect(reflect.ValueOf(c).Elem(), "", emit)
 	collectSettings(kinds, emit)
 	out := map[string]string{
-		// These follow each device's name and data_dir.
-		"devices.*.cert_file": "<data_dir>/opcua/<device>-cert.pem (opcua)",
-		"devices.*.key_file":  "<data_dir>/opcua/<device>-key.pem (opcua)",
 		// Only a write route has a qos default other than 0.
 		"routes[*].qos": fmt.Sprintf("%d (write), 0 (poll, bridge)", DefaultWriteQoS),
 	}
@@ -263,8 +260,8 @@ func DefaultValues() map[string]string {
 
 // collectSettings emits the defaults of each kind's own settings: of a
 // device, of a poll group and of a tag. A kind's default may follow the
-// device's name or data_dir: the kind's Defaults run under the
-// placeholders <device> and <data_dir>.
+// device's name or data_dir (opcua's cert_file): the kind's Defaults run
+// under the placeholders <device> and <data_dir>.
 func collectSettings(kinds []string, emit func(path, value string)) {
 	placeholder := &Config{DataDir: "<data_dir>"}
 	for _, k := range kinds {

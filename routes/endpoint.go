@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"net/url"
 	"strconv"
 	"strings"
 )
@@ -21,9 +20,6 @@ type Endpoint struct {
 	NodeLocal bool
 }
 
-// DefaultOPCUAPort is the port of an opc.tcp:// endpoint that names none.
-const DefaultOPCUAPort = "4840"
-
 // Endpoint is the device's exclusive endpoint, as its kind defines it.
 // Identities are compared as strings and never resolve a name: plc.local
 // and the address it resolves to are two identities.
@@ -32,26 +28,6 @@ func (d *Device) Endpoint() (Endpoint, error) {
 		return k.Endpoint(d)
 	}
 	return Endpoint{}, fmt.Errorf("routes: unknown device kind %q", d.Kind)
-}
-
-// opcuaEndpoint is the endpoint URL without user information, query or
-// fragment: scheme, host, port (4840 when omitted) and path.
-func opcuaEndpoint(d *Device) (Endpoint, error) {
-	u, err := url.Parse(d.Address)
-	if err != nil || u.Host == "" {
-		// url.Parse quotes its input; an address may hold a password.
-		return Endpoint{}, fmt.Errorf("routes: address: want an endpoint such as opc.tcp://host:4840")
-	}
-	hp := u.Host
-	if u.Port() == "" {
-		hp = net.JoinHostPort(u.Hostname(), DefaultOPCUAPort)
-	}
-	host, port, local, err := HostPort(hp, DefaultOPCUAPort)
-	if err != nil {
-		return Endpoint{}, err
-	}
-	path := strings.TrimSuffix(u.EscapedPath(), "/")
-	return Endpoint{ID: strings.ToLower(u.Scheme) + "://" + net.JoinHostPort(host, port) + path, NodeLocal: local}, nil
 }
 
 // HostPort splits host[:port] and normalises it without resolving names:

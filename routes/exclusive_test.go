@@ -28,11 +28,6 @@ func TestEndpointIdentityPerKind(t *testing.T) {
 		{kind: "modbus_tcp", addr: "plc:", fail: true},
 		{kind: "modbus_rtu", addr: "/dev/ttyUSB0", id: "modbus_rtu:/dev/ttyUSB0", local: true},
 		{kind: "modbus_rtu", addr: "/dev/../dev/ttyUSB0/", id: "modbus_rtu:/dev/ttyUSB0", local: true},
-		{kind: "opcua", addr: "opc.tcp://PLC.local", id: "opc.tcp://plc.local:4840"},
-		{kind: "opcua", addr: "opc.tcp://bridge:s3cret@PLC.local:4840/UA/Server/?x=1#f", id: "opc.tcp://plc.local:4840/UA/Server"},
-		{kind: "opcua", addr: "opc.tcp://[::1]/UA", id: "opc.tcp://localhost:4840/UA", local: true},
-		{kind: "opcua", addr: "opc.tcp://plc.local:4841", id: "opc.tcp://plc.local:4841"},
-		{kind: "opcua", addr: "opc.tcp://u:s3cret@", fail: true},
 	} {
 		ep, err := (&routes.Device{Kind: c.kind, Address: c.addr}).Endpoint()
 		if c.fail {
@@ -58,7 +53,7 @@ devices:
 
 func device(name, kind, addr string, extra string) string {
 	return "  " + name + ": {kind: " + kind + ", address: \"" + addr + "\"" + extra +
-		", groups: [{name: g, tags: [{name: t, address: \"" + map[string]string{"modbus_tcp": "1", "modbus_rtu": "1", "opcua": "ns=1;s=t"}[kind] +
+		", groups: [{name: g, tags: [{name: t, address: \"" + map[string]string{"modbus_tcp": "1", "modbus_rtu": "1"}[kind] +
 		"\", type: int16" + map[bool]string{true: ", register: holding", false: ""}[strings.HasPrefix(kind, "modbus")] + "}]}]}\n"
 }
 
@@ -107,8 +102,6 @@ func TestDeviceEntriesWithOneEndpointAreRefused(t *testing.T) {
 		{name: "modbus_tcp other port", a: device("a", "modbus_tcp", "plc.local:502", ""), b: device("b", "modbus_tcp", "plc.local:503", "")},
 		{name: "modbus_rtu two units on one line", a: device("a", "modbus_rtu", "/dev/ttyUSB0", ", unit_id: 1"), b: device("b", "modbus_rtu", "/dev/./ttyUSB0", ", unit_id: 2"), endpoint: "modbus_rtu:/dev/ttyUSB0"},
 		{name: "modbus_rtu other line", a: device("a", "modbus_rtu", "/dev/ttyUSB0", ""), b: device("b", "modbus_rtu", "/dev/ttyUSB1", "")},
-		{name: "opcua user info", a: device("a", "opcua", "opc.tcp://op:s3cret@Line3:4840/ua", ""), b: device("b", "opcua", "opc.tcp://line3/ua/", ""), endpoint: "opc.tcp://line3:4840/ua"},
-		{name: "opcua other port", a: device("a", "opcua", "opc.tcp://line3:4840", ""), b: device("b", "opcua", "opc.tcp://line3:4841", "")},
 	} {
 		const sb = "sb"
 		y := exclusiveBase + c.a + c.b + `routes:

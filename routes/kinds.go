@@ -24,7 +24,8 @@ type DeviceKind struct {
 	// Device.Settings. Nil for a kind without keys of its own.
 	Settings func() any
 	// Keys are the Device fields, beyond the common ones, that a kind
-	// whose keys still live in Device accepts (opcua).
+	// whose keys still live in Device accepts (none of the built-in
+	// kinds any more).
 	Keys []string
 	// GroupSettings returns a new pointer to the kind's own poll group
 	// configuration struct, decoded as TagSettings is, into
@@ -95,6 +96,30 @@ func Kinds() []string {
 	kindsMu.RLock()
 	defer kindsMu.RUnlock()
 	return sortedKeys(kindsReg)
+}
+
+// SettingsOf returns the device's Settings as the kind's *T: a new zero T
+// when a Device built in code carries none, an error when they are
+// another kind's.
+func SettingsOf[T any](d *Device) (*T, error) {
+	switch s := d.Settings.(type) {
+	case nil:
+		return new(T), nil
+	case *T:
+		return s, nil
+	}
+	return nil, fmt.Errorf("settings are %T, want %T", d.Settings, (*T)(nil))
+}
+
+// subscribeKinds lists the registered kinds whose groups may subscribe.
+func subscribeKinds() []string {
+	var out []string
+	for _, name := range Kinds() {
+		if LookupKind(name).Subscribe {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // level is where a kind's own keys are written: on a device, on one of

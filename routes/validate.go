@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"net/url"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -18,6 +17,13 @@ import (
 // package, such as a transport's own validation.
 func (c *Config) ErrorAt(path, message string) *FieldError {
 	return c.errAt(path, "%s", message)
+}
+
+// ErrorAtf is ErrorAt with a formatted message whose string arguments, a
+// written value perhaps megabytes long, are clipped as this package's own
+// messages are, so the rule after them stays readable.
+func (c *Config) ErrorAtf(path, format string, args ...any) *FieldError {
+	return c.errAt(path, format, args...)
 }
 
 // errAt builds a FieldError at the position of path, or of its nearest
@@ -47,8 +53,6 @@ var (
 	// device transports check against (Modbus registers hold no 8-bit
 	// types).
 	TagTypes = []string{"bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float32", "float64", "string"}
-	// opcuaNodeID accepts the string forms of OPC UA node ids.
-	opcuaNodeID = regexp.MustCompile(`^(ns=[0-9]+;)?[isgb]=.+$`)
 )
 
 func sortedKeys[V any](m map[string]V) []string {
@@ -81,7 +85,7 @@ func (c *Config) validate() Errors {
 	if !strings.HasSuffix(c.LeaseStore.KeyPrefix, "/") {
 		add("lease_store.key_prefix", "key_prefix %q must end with / so one session's key is never a prefix of another's", c.LeaseStore.KeyPrefix)
 	}
-	errs = append(errs, c.checkCreds("lease_store", c.LeaseStore.Credentials, c.LeaseStore.TLS)...)
+	errs = append(errs, c.CheckCredentials("lease_store", c.LeaseStore.Credentials, c.LeaseStore.TLS)...)
 	errs = append(errs, c.checkManager("manager", &c.Manager)...)
 
 	for _, name := range sortedKeys(c.Brokers) {
@@ -159,7 +163,11 @@ func (c *Config) checkClientIDs() Errors {
 	return errs
 }
 
-func (c *Config) checkCreds(path string, cr Credentials, tls *TLS) Errors {
+// CheckCredentials reports the rules of the credentials (and client TLS,
+// when tls is not nil) of the entry at path: one password source, and a
+// user name with it. Brokers, the lease store and device kinds with a
+// user share it.
+func (c *Config) CheckCredentials(path string, cr Credentials, tls *TLS) Errors {
 	var errs Errors
 	if cr.PasswordFile != "" && cr.PasswordEnv != "" {
 		errs = append(errs, c.errAt(path+".password_env", "set password_file or password_env, not both"))
@@ -218,7 +226,7 @@ func (c *Config) checkBroker(path string, b *Broker) Errors {
 	if b.KeepAlive.D() < 0 || b.KeepAlive.D()%1e9 != 0 {
 		add(path+".keepalive", "keepalive %s: MQTT counts it in whole seconds", admission.FormatSeconds(b.KeepAlive.D()))
 	}
-	errs = append(errs, c.checkCreds(path, b.Credentials, b.TLS)...)
+	errs = append(errs, c.CheckCredentials(path, b.Credentials, b.TLS)...)
 	return errs
 }
 
@@ -262,7 +270,7 @@ func (c *Config) checkDevice(path string, d *Device) Errors {
 		}
 		switch {
 		case g.Mode == "subscribe" && !k.Subscribe:
-			add(gp+".mode", "mode subscribe is for opcua devices; %s devices are polled", d.Kind)
+			add(gp+".mode", "mode subscribe is for %s devices; %s devices are polled", strings.Join(subscribeKinds(), "/"), d.Kind)
 		case g.Mode != "poll" && g.Mode != "subscribe":
 			add(gp+".mode", "mode %q: want poll or subscribe", g.Mode)
 		}

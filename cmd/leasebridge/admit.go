@@ -178,7 +178,9 @@ func deploymentInputs(cfg *routes.Config) routes.Errors {
 	}
 	for _, name := range slices.Sorted(maps.Keys(cfg.Devices)) {
 		if d := cfg.Devices[name]; d != nil {
-			check("devices."+name, d.Credentials)
+			if cr, ok := d.Credentials(); ok {
+				check("devices."+name, cr)
+			}
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Line < out[j].Line })

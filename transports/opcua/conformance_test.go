@@ -17,7 +17,7 @@ func TestConformance(t *testing.T) {
 			return srv.Proxy
 		},
 		New: func(t *testing.T, addr string, b transporttest.Bounds) transporttest.Device {
-			tr, err := New("ua1", b.Device(routes.KindOPCUA, "opc.tcp://"+addr, routes.Tag{Address: "ns=1;s=x"}))
+			tr, err := New("ua1", b.Device(Kind, "opc.tcp://"+addr, routes.Tag{Address: "ns=1;s=x"}))
 			if err != nil {
 				t.Fatal(err)
 			}

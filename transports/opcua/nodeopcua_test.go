@@ -95,11 +95,11 @@ func TestBasic256Sha256(t *testing.T) {
 	}
 	certFile, keyFile := filepath.Join(dir, "pki", "client.crt"), filepath.Join(dir, "pki", "client.key")
 	mk := func(user, pwFile, mode string) *routes.Device {
-		return &routes.Device{Kind: routes.KindOPCUA, Address: "opc.tcp://" + addr,
-			SecurityPolicy: "Basic256Sha256", SecurityMode: mode, CertFile: certFile, KeyFile: keyFile,
+		return &routes.Device{Kind: Kind, Address: "opc.tcp://" + addr,
+			Settings: &Config{SecurityPolicy: "Basic256Sha256", SecurityMode: mode, CertFile: certFile, KeyFile: keyFile,
+				Credentials: routes.Credentials{Username: user, PasswordFile: pwFile}},
 			ConnectTimeout: routes.Duration(10 * time.Second), RequestTimeout: routes.Duration(5 * time.Second),
-			Credentials: routes.Credentials{Username: user, PasswordFile: pwFile},
-			Groups:      []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Name: "x", Address: "ns=1;s=x", Writable: true}}}}}
+			Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Name: "x", Address: "ns=1;s=x", Writable: true}}}}}
 	}
 	open := func(dev *routes.Device) (*Transport, *faultproxy.Proxy, error) {
 		px, err := faultproxy.Start(context.Background(), addr)

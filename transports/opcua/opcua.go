@@ -13,7 +13,8 @@
 // transport reconnects itself, only under the owner context, so the
 // server never sees a second session from this bridge.
 //
-// The configuration is a *routes.Device of kind opcua.
+// The configuration is a *routes.Device of kind opcua whose Settings
+// are a *Config (config.go).
 package opcua
 
 import (
@@ -21,7 +22,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -57,16 +57,6 @@ var (
 	// ErrNoValue reports a subscribed tag with no notification yet.
 	ErrNoValue = errors.New("opcua: no value yet")
 )
-
-func init() {
-	transports.Register(routes.KindOPCUA, func(name string, cfg any) (transports.Transport, error) {
-		dev, ok := cfg.(*routes.Device)
-		if !ok {
-			return nil, fmt.Errorf("%w: transport %q: configuration is %T, want *routes.Device", ErrConfig, name, cfg)
-		}
-		return New(name, dev)
-	})
-}
 
 // Security policies this transport speaks.
 const (
@@ -152,14 +142,18 @@ func New(name string, dev *routes.Device) (*Transport, error) {
 	if dev == nil {
 		return nil, fmt.Errorf("%w: transport %q: no device", ErrConfig, name)
 	}
-	if dev.Kind != routes.KindOPCUA {
-		return nil, fmt.Errorf("%w: device %q: kind %q, want %s", ErrConfig, name, dev.Kind, routes.KindOPCUA)
+	if dev.Kind != Kind {
+		return nil, fmt.Errorf("%w: device %q: kind %q, want %s", ErrConfig, name, dev.Kind, Kind)
 	}
-	if !strings.HasPrefix(dev.Address, "opc.tcp://") {
-		return nil, fmt.Errorf("%w: device %q: address %q: want an opc.tcp://host:port[/path] endpoint", ErrConfig, name, redact.URL(dev.Address))
+	cfg, err := settings(dev)
+	if err != nil {
+		return nil, fmt.Errorf("%w: device %q: %w", ErrConfig, name, err)
+	}
+	if !strings.HasPrefix(dev.Address, scheme) {
+		return nil, fmt.Errorf("%w: device %q: "+addressRule, ErrConfig, name, redact.URL(dev.Address))
 	}
 	t := &Transport{
-		name: name, endpoint: dev.Address, certFile: dev.CertFile, keyFile: dev.KeyFile, creds: dev.Credentials,
+		name: name, endpoint: dev.Address, certFile: cfg.CertFile, keyFile: cfg.KeyFile, creds: cfg.Credentials,
 		cache: map[string]transports.Value{}, kinds: map[string]ua.TypeID{},
 	}
 	t.connectTimeout, t.requestTimeout, t.closeTimeout = dev.Timeouts()
@@ -171,30 +165,9 @@ func New(name string, dev *routes.Device) (*Transport, error) {
 		Hangup: t.closeSession,
 		Alive:  func(s *session) bool { return s.c.State() == opcua.Connected },
 	})
-	switch strings.ToLower(strings.TrimPrefix(dev.SecurityPolicy, "http://opcfoundation.org/UA/SecurityPolicy#")) {
-	case "", "none":
-		t.policy = PolicyNone
-	case "basic256sha256":
-		t.policy = PolicyBasic256Sha256
-	default:
-		return nil, fmt.Errorf("%w: device %q: security_policy %q: want None or Basic256Sha256", ErrConfig, name, dev.SecurityPolicy)
-	}
-	switch strings.ToLower(dev.SecurityMode) {
-	case "", "none":
-		t.mode = ua.MessageSecurityModeNone
-		if t.policy != PolicyNone {
-			// A policy without a mode means the policy's strongest mode.
-			t.mode = ua.MessageSecurityModeSignAndEncrypt
-		}
-	case "sign":
-		t.mode = ua.MessageSecurityModeSign
-	case "signandencrypt":
-		t.mode = ua.MessageSecurityModeSignAndEncrypt
-	default:
-		return nil, fmt.Errorf("%w: device %q: security_mode %q: want None, Sign or SignAndEncrypt", ErrConfig, name, dev.SecurityMode)
-	}
-	if t.policy == PolicyNone && t.mode != ua.MessageSecurityModeNone {
-		return nil, fmt.Errorf("%w: device %q: security_mode %q needs security_policy Basic256Sha256", ErrConfig, name, dev.SecurityMode)
+	var problems []problem
+	if t.policy, t.mode, problems = cfg.security(); len(problems) > 0 {
+		return nil, fmt.Errorf("%w: device %q: %s", ErrConfig, name, fmt.Sprintf(problems[0].format, problems[0].args...))
 	}
 	if t.policy != PolicyNone && (t.certFile == "" || t.keyFile == "") {
 		return nil, fmt.Errorf("%w: device %q: security_policy %s needs cert_file and key_file (created on first use if both are absent)", ErrConfig, name, t.policy)
@@ -202,7 +175,6 @@ func New(name string, dev *routes.Device) (*Transport, error) {
 	if t.creds.Username != "" && t.creds.PasswordFile == "" && t.creds.PasswordEnv == "" {
 		return nil, fmt.Errorf("%w: device %q: username %q needs password_file or password_env", ErrConfig, name, t.creds.Username)
 	}
-	var err error
 	t.Catalog, err = transports.NewCatalog(name, dev, []string{"poll", "subscribe"}, errs, parseTag, t.group)
 	if err != nil {
 		return nil, err
@@ -232,10 +204,9 @@ func parseTag(tg *routes.Tag) (*tag, error) {
 	if tg.Name == "" {
 		return nil, fmt.Errorf("%w: a tag at address %q has no name", ErrConfig, tg.Address)
 	}
-	addr := strings.TrimSpace(tg.Address)
-	n, err := ua.ParseNodeID(addr)
-	if err != nil || !nodeIDForm.MatchString(addr) {
-		return nil, fmt.Errorf("%w: tag %q: address %q: want a node id such as ns=2;s=Temperature, ns=3;i=1001, ns=2;g=<GUID> or ns=2;b=<base64>", ErrAddress, tg.Name, tg.Address)
+	n, err := parseNodeID(tg.Address)
+	if err != nil {
+		return nil, fmt.Errorf("%w: tag %q: address %q: %w", ErrAddress, tg.Name, tg.Address, err)
 	}
 	t := &tag{name: tg.Name, address: tg.Address, node: n, scale: tg.Scale, offset: tg.Offset, deadband: tg.Deadband}
 	if tg.Type != "" {
@@ -256,11 +227,6 @@ func parseTag(tg *routes.Tag) (*tag, error) {
 	}
 	return t, nil
 }
-
-// nodeIDForm is the explicit node id syntax. The library would also take
-// a bare name as a string id in namespace 0, which hides typos such as a
-// Modbus or S7 address pasted into an OPC UA tag.
-var nodeIDForm = regexp.MustCompile(`^(ns=\d+;)?[isgb]=.+$`)
 
 var _ transports.Notifier = (*Transport)(nil)
 

@@ -417,12 +417,14 @@ func TestConfigErrors(t *testing.T) {
 		{routes.Device{Address: "opc.tcp://h:4840", Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Name: "t2", Address: "ns=2;s=x", Type: "decimal"}}}}}, ErrConfig, `"decimal"`},
 		{routes.Device{Address: "opc.tcp://h:4840", Groups: []*routes.PollGroup{{Name: "g", Mode: "stream"}}}, ErrConfig, `"stream"`},
 		{routes.Device{Address: "tcp://h:4840"}, ErrConfig, "opc.tcp://"},
-		{routes.Device{Address: "opc.tcp://h:4840", SecurityPolicy: "Basic128Rsa15"}, ErrConfig, "Basic256Sha256"},
-		{routes.Device{Address: "opc.tcp://h:4840", SecurityPolicy: "Basic256Sha256"}, ErrConfig, "cert_file"},
-		{routes.Device{Address: "opc.tcp://h:4840", SecurityMode: "Sign"}, ErrConfig, "needs security_policy"},
-		{routes.Device{Address: "opc.tcp://h:4840", Credentials: routes.Credentials{Username: "u"}}, ErrConfig, "password_file"},
+		{routes.Device{Address: "opc.tcp://h:4840", Settings: &Config{SecurityPolicy: "Basic128Rsa15"}}, ErrConfig, "Basic256Sha256"},
+		{routes.Device{Address: "opc.tcp://h:4840", Settings: &Config{SecurityPolicy: "Basic256Sha256"}}, ErrConfig, "cert_file"},
+		{routes.Device{Address: "opc.tcp://h:4840", Settings: &Config{SecurityMode: "Sign"}}, ErrConfig, "security_policy None with security_mode Sign: None goes with None"},
+		{routes.Device{Address: "opc.tcp://h:4840", Settings: &Config{SecurityPolicy: "Basic256Sha256", SecurityMode: "Encrypt", CertFile: "c", KeyFile: "k"}}, ErrConfig, `security_mode "Encrypt"`},
+		{routes.Device{Address: "opc.tcp://h:4840", Settings: &Config{Credentials: routes.Credentials{Username: "u"}}}, ErrConfig, "password_file"},
+		{routes.Device{Address: "opc.tcp://h:4840", Settings: &struct{}{}}, ErrConfig, "want *opcua.Config"},
 	} {
-		tc.dev.Kind = routes.KindOPCUA
+		tc.dev.Kind = Kind
 		_, err := New("dev", &tc.dev)
 		if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.has) {
 			t.Errorf("%+v: %v, want %v containing %q", tc.dev, err, tc.want, tc.has)

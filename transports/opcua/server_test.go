@@ -18,7 +18,7 @@ type rig struct {
 // once.
 func newRig(t *testing.T, srv *uatest.Server, dev *routes.Device) *rig {
 	t.Helper()
-	dev.Kind = routes.KindOPCUA
+	dev.Kind = Kind
 	dev.Address = "opc.tcp://" + srv.Proxy.Addr()
 	tr, err := New("ua1", dev)
 	if err != nil {

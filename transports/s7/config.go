@@ -39,15 +39,7 @@ func init() {
 
 // settings is the device's Config; a Device built in code may carry none,
 // which means rack 0, slot 0.
-func settings(dev *routes.Device) (*Config, error) {
-	switch s := dev.Settings.(type) {
-	case nil:
-		return &Config{}, nil
-	case *Config:
-		return s, nil
-	}
-	return nil, fmt.Errorf("settings are %T, want *s7.Config", dev.Settings)
-}
+func settings(dev *routes.Device) (*Config, error) { return routes.SettingsOf[Config](dev) }
 
 // checkRackSlot is the rule for rack and slot, for the configuration and
 // for a transport built in code.

@@ -1,53 +1,22 @@
 package s7
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/leasebridge/leasebridge/routes"
+	"github.com/leasebridge/leasebridge/transports/transporttest"
+	// The opcua kind, whose keys an s7 device refuses by name.
+	_ "github.com/leasebridge/leasebridge/transports/opcua"
 )
 
 // cfgBase has one broker; each test adds its devices and routes.
-const cfgBase = `deployment_mode: clustered
-lease_store: {endpoints: [http://127.0.0.1:2379]}
-manager: {failover_slo: 10m, broker_health_step_down: 60s}
-brokers:
-  local: {url: tcp://127.0.0.1:1883}
-devices:
-`
+const cfgBase = transporttest.ConfigHead
 
 const cfgRoute = `routes:
   - {name: r, session: s, kind: poll, device: plc, broker: local}
 `
-
-// parseErrors parses y and returns its problems, one per line, or nil.
-func parseErrors(t *testing.T, y string) []string {
-	t.Helper()
-	_, err := routes.Parse("cfg.yaml", []byte(y))
-	if err == nil {
-		return nil
-	}
-	var errs routes.Errors
-	if !errors.As(err, &errs) {
-		t.Fatalf("error %v is not routes.Errors", err)
-	}
-	return strings.Split(errs.Error(), "\n")
-}
-
-func wantOnly(t *testing.T, y string, want ...string) {
-	t.Helper()
-	got := parseErrors(t, y)
-	if len(got) != len(want) {
-		t.Fatalf("errors %q, want %d: %q", got, len(want), want)
-	}
-	for i, w := range want {
-		if !strings.HasPrefix(got[i], w) {
-			t.Errorf("error %q, want it to start %q", got[i], w)
-		}
-	}
-}
 
 func TestConfigDecodesRackAndSlot(t *testing.T) {
 	cfg, err := routes.Parse("cfg.yaml", []byte(cfgBase+"  plc: {kind: s7, address: 10.0.0.1, rack: 1, slot: 2}\n"+cfgRoute))
@@ -76,23 +45,23 @@ func TestOtherKindsKeysAreRefused(t *testing.T) {
 		{"username", "op", "n opcua key"},
 	} {
 		y := cfgBase + "  plc:\n    kind: s7\n    address: 10.0.0.1\n    " + c.key + ": " + c.value + "\n" + cfgRoute
-		wantOnly(t, y, fmt.Sprintf("cfg.yaml:10:5: devices.plc.%s: %s is a%s, not s7", c.key, c.key, c.owners))
+		transporttest.WantConfigErrors(t, y, fmt.Sprintf("cfg.yaml:10:5: devices.plc.%s: %s is a%s, not s7", c.key, c.key, c.owners))
 	}
 	// A tag key of another kind, and one of this kind on another kind.
-	wantOnly(t, cfgBase+"  plc: {kind: s7, address: 10.0.0.1, groups: [{name: g, tags: [{name: x, address: MW0, type: int16, register: holding}]}]}\n"+cfgRoute,
+	transporttest.WantConfigErrors(t, cfgBase+"  plc: {kind: s7, address: 10.0.0.1, groups: [{name: g, tags: [{name: x, address: MW0, type: int16, register: holding}]}]}\n"+cfgRoute,
 		"cfg.yaml:7:101: devices.plc.groups[0].tags[0].register: register is a modbus_rtu/modbus_tcp tag key, not s7")
-	wantOnly(t, cfgBase+"  plc: {kind: modbus_tcp, address: 10.0.0.1, slot: 1}\n"+cfgRoute,
+	transporttest.WantConfigErrors(t, cfgBase+"  plc: {kind: modbus_tcp, address: 10.0.0.1, slot: 1}\n"+cfgRoute,
 		"cfg.yaml:7:46: devices.plc.slot: slot is a s7 key, not modbus_tcp")
 	// A misspelt key of the kind's own is suggested; one of another kind
 	// is suggested with whose it is.
-	wantOnly(t, cfgBase+"  plc: {kind: s7, address: 10.0.0.1, solt: 1}\n"+cfgRoute,
+	transporttest.WantConfigErrors(t, cfgBase+"  plc: {kind: s7, address: 10.0.0.1, solt: 1}\n"+cfgRoute,
 		`cfg.yaml:7:38: devices.plc.solt: unknown key "solt" (did you mean "slot"?)`)
-	wantOnly(t, cfgBase+"  plc: {kind: s7, address: 10.0.0.1, securty_policy: None}\n"+cfgRoute,
+	transporttest.WantConfigErrors(t, cfgBase+"  plc: {kind: s7, address: 10.0.0.1, securty_policy: None}\n"+cfgRoute,
 		`cfg.yaml:7:38: devices.plc.securty_policy: unknown key "securty_policy" (did you mean "security_policy"? security_policy is an opcua key, not s7)`)
 }
 
 func TestConfigValidationHasPositions(t *testing.T) {
-	wantOnly(t, cfgBase+`  plc:
+	transporttest.WantConfigErrors(t, cfgBase+`  plc:
     kind: s7
     address: "10.0.0.1:"
     rack: 9
@@ -123,7 +92,7 @@ func TestAddressForms(t *testing.T) {
 	} {
 		addr, typ, ok := c.addr, c.typ, c.ok
 		y := cfgBase + fmt.Sprintf("  plc: {kind: s7, address: 10.0.0.1, groups: [{name: g, tags: [{name: x, address: %q, type: %s, length: 8}]}]}\n", addr, typ) + cfgRoute
-		if got := parseErrors(t, y); (got == nil) != ok {
+		if got := transporttest.ConfigErrors(t, y); (got == nil) != ok {
 			t.Errorf("S7 address %q (%s): errors %q, want accepted %v", addr, typ, got, ok)
 		}
 	}

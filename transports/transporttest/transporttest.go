@@ -3,7 +3,8 @@
 // that witnesses each connection and request at the device: the owner
 // guard keeps requests off the wire, the owner context's end and Close
 // close the connection within the close bound (a connect in flight
-// included), and Open gives up within the activation bound.
+// included), and Open gives up within the activation bound. It also
+// parses a kind's configuration for its tests (config.go).
 package transporttest
 
 import (
