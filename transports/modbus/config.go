@@ -123,6 +123,42 @@ func settingsOf[T any](s any) (*T, error) {
 	return nil, fmt.Errorf("settings are %T, want %T", s, (*T)(nil))
 }
 
+// unitAndOrder are the device's unit id and byte order, defaults for
+// those unset, as the transport uses them.
+func (c *Config) unitAndOrder() (byte, ByteOrder, error) {
+	unit, order := DefaultUnitID, DefaultByteOrder
+	if c.UnitID != nil {
+		unit = *c.UnitID
+	}
+	if err := checkUnit(unit); err != nil {
+		return 0, "", err
+	}
+	if c.ByteOrder != "" {
+		o, ok := parseOrder(c.ByteOrder)
+		if !ok {
+			return 0, "", errOrder(c.ByteOrder)
+		}
+		order = o
+	}
+	return byte(unit), order, nil
+}
+
+// groupUnits are the unit ids of the device's poll groups' requests.
+func groupUnits(dev *routes.Device, device byte) (map[*routes.PollGroup]byte, error) {
+	units := map[*routes.PollGroup]byte{}
+	for _, pg := range dev.Groups {
+		if pg == nil {
+			continue
+		}
+		u, err := groupUnit(pg, device)
+		if err != nil {
+			return nil, fmt.Errorf("group %q: %w", pg.Name, err)
+		}
+		units[pg] = u
+	}
+	return units, nil
+}
+
 // groupUnit is the unit id of a poll group's requests: its own unit_id,
 // or the device's.
 func groupUnit(pg *routes.PollGroup, device byte) (byte, error) {

@@ -160,30 +160,13 @@ func New(name string, dev *routes.Device) (*Transport, error) {
 	default:
 		return nil, fmt.Errorf("%w: device %q: kind %q: want %s or %s", ErrConfig, name, dev.Kind, KindTCP, KindRTU)
 	}
-	unit := DefaultUnitID
-	if s.UnitID != nil {
-		unit = *s.UnitID
-	}
-	if err := checkUnit(unit); err != nil {
+	var order ByteOrder
+	if t.unit, order, err = s.Config.unitAndOrder(); err != nil {
 		return nil, fmt.Errorf("%w: device %q: %v", ErrConfig, name, err)
 	}
-	t.unit = byte(unit)
-	order := DefaultByteOrder
-	if s.ByteOrder != "" {
-		o, ok := parseOrder(s.ByteOrder)
-		if !ok {
-			return nil, fmt.Errorf("%w: device %q: %v", ErrConfig, name, errOrder(s.ByteOrder))
-		}
-		order = o
-	}
-	units := map[*routes.PollGroup]byte{}
-	for _, pg := range dev.Groups {
-		if pg == nil {
-			continue
-		}
-		if units[pg], err = groupUnit(pg, t.unit); err != nil {
-			return nil, fmt.Errorf("%w: device %q: group %q: %v", ErrConfig, name, pg.Name, err)
-		}
+	units, err := groupUnits(dev, t.unit)
+	if err != nil {
+		return nil, fmt.Errorf("%w: device %q: %v", ErrConfig, name, err)
 	}
 	t.Catalog, err = transports.NewCatalog(name, dev, []string{"poll"}, errs,
 		func(tg *routes.Tag) (*tag, error) { return parseTag(tg, order) },
