@@ -166,13 +166,6 @@ type Broker struct {
 	Line int `yaml:"-"`
 }
 
-// Device kinds whose keys live in Device; other kinds register their own
-// settings (RegisterKind), such as s7 in transports/s7.
-const (
-	KindModbusTCP = "modbus_tcp"
-	KindModbusRTU = "modbus_rtu"
-)
-
 // Device is one exclusive device connection and its tags.
 type Device struct {
 	// Kind is modbus_tcp, modbus_rtu, s7 or opcua: a kind registered by
@@ -190,22 +183,14 @@ type Device struct {
 	// CloseTimeout bounds closing the connection.
 	CloseTimeout Duration `yaml:"close_timeout"`
 
-	// UnitID is the Modbus unit (slave) id.
-	UnitID *int `yaml:"unit_id"`
-	// ByteOrder is the device default: ABCD, DCBA, BADC or CDAB.
-	ByteOrder string `yaml:"byte_order"`
-	// MergeRequests joins adjacent registers into one request.
-	MergeRequests *bool `yaml:"merge_requests"`
-	// Serial is the serial line of a modbus_rtu device.
-	Serial Serial `yaml:"serial"`
-
 	// Groups are the device's poll groups.
 	Groups []*PollGroup `yaml:"groups"`
 	// Pin limits the nodes the sessions using the device may run on.
 	Pin `yaml:",inline"`
 	// Settings is the kind's own configuration, decoded from the keys
 	// its DeviceKind declares (a *s7.Config for s7, a *opcua.Config for
-	// opcua); nil for a kind without settings or a Device built in code.
+	// opcua, a *modbus.Config for modbus_tcp); nil for a kind without
+	// settings or a Device built in code.
 	Settings any `yaml:"-"`
 	// Line is where the device is defined.
 	Line int `yaml:"-"`
@@ -225,18 +210,6 @@ func (d *Device) Timeouts() (connect, request, closing time.Duration) {
 		or(d.CloseTimeout, DefaultDeviceCloseTimeout)
 }
 
-// Serial is the serial line of a Modbus RTU device.
-type Serial struct {
-	// BaudRate in bits per second.
-	BaudRate int `yaml:"baud_rate"`
-	// DataBits per character.
-	DataBits int `yaml:"data_bits"`
-	// Parity is N (none), E (even) or O (odd).
-	Parity string `yaml:"parity"`
-	// StopBits is 1 or 2.
-	StopBits int `yaml:"stop_bits"`
-}
-
 // PollGroup is a set of tags read together at one interval.
 type PollGroup struct {
 	// Name identifies the group in routes and topics.
@@ -250,6 +223,11 @@ type PollGroup struct {
 	PublishingInterval Duration `yaml:"publishing_interval"`
 	// Tags are the values read together.
 	Tags []*Tag `yaml:"tags"`
+	// Settings is the kind's own group configuration, decoded from the
+	// keys of its DeviceKind.GroupSettings (a *modbus.GroupConfig for the
+	// Modbus kinds); nil for a kind without group keys or a PollGroup
+	// built in code.
+	Settings any `yaml:"-"`
 	// Line is where the group is defined.
 	Line int `yaml:"-"`
 }
@@ -261,15 +239,9 @@ type Tag struct {
 	// Address is a register number (Modbus), a TIA address such as
 	// DB1.DBW10 (S7), or a node id such as ns=2;s=Temp (OPC UA).
 	Address string `yaml:"address"`
-	// Register is holding (default), input, coil or discrete (Modbus only).
-	Register string `yaml:"register"`
 	// Type is bool, int8, uint8, int16, uint16, int32, uint32, int64,
 	// uint64, float32, float64 or string.
 	Type string `yaml:"type"`
-	// ByteOrder overrides the device's byte_order for this tag.
-	ByteOrder string `yaml:"byte_order"`
-	// Bit selects one bit (0..15) of a register for a bool tag.
-	Bit *int `yaml:"bit"`
 	// Length of a string: registers (Modbus) or bytes (S7).
 	Length int `yaml:"length"`
 	// Scale multiplies the raw value (value = raw*scale + offset).
@@ -280,6 +252,11 @@ type Tag struct {
 	Deadband float64 `yaml:"deadband"`
 	// Writable allows write requests to the tag.
 	Writable bool `yaml:"writable"`
+	// Settings is the kind's own tag configuration, decoded from the
+	// keys of its DeviceKind.TagSettings (a *modbus.TagConfig for the
+	// Modbus kinds); nil for a kind without tag keys or a Tag built in
+	// code.
+	Settings any `yaml:"-"`
 	// Line is where the tag is defined.
 	Line int `yaml:"-"`
 }

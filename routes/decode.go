@@ -203,6 +203,9 @@ type decoder struct {
 	file  string
 	errs  Errors
 	lines map[string]pos
+	// kind is the kind of the device being decoded, for its groups and
+	// tags.
+	kind string
 }
 
 func (d *decoder) errorf(n *yaml.Node, path, format string, args ...any) {
@@ -217,6 +220,8 @@ var (
 	durationType     = reflect.TypeOf(Duration(0))
 	brokerHealthType = reflect.TypeOf(BrokerHealth{})
 	deviceType       = reflect.TypeOf(Device{})
+	groupType        = reflect.TypeOf(PollGroup{})
+	tagType          = reflect.TypeOf(Tag{})
 )
 
 func join(path, key string) string {
@@ -263,6 +268,12 @@ func (d *decoder) value(n *yaml.Node, v reflect.Value, path string) {
 		return
 	case deviceType:
 		d.device(n, v, path)
+		return
+	case groupType:
+		d.kindStruct(n, v, path, groupLevel)
+		return
+	case tagType:
+		d.kindStruct(n, v, path, tagLevel)
 		return
 	}
 	switch v.Kind() {
@@ -470,19 +481,46 @@ func (d *decoder) structureRest(n *yaml.Node, v reflect.Value, path string, rest
 }
 
 // device decodes a device: the keys every device has into Device, then
-// the rest, strictly, into the settings struct of the device's kind.
+// the rest, strictly, into the settings struct of the device's kind. Its
+// groups and tags are decoded knowing the kind, which may be written
+// after them.
 func (d *decoder) device(n *yaml.Node, v reflect.Value, path string) {
+	d.kind = scalarValue(n, "kind")
+	defer func() { d.kind = "" }()
 	var rest []int
 	if !d.structureRest(n, v, path, &rest) {
 		return
 	}
 	dev := v.Addr().Interface().(*Device)
-	k := LookupKind(dev.Kind)
+	dev.Settings = d.kindRest(n, rest, path, deviceLevel)
+}
+
+// kindStruct decodes a poll group or a tag of a device of kind d.kind:
+// the keys every one has into v, the rest, strictly, into the kind's
+// settings for the level.
+func (d *decoder) kindStruct(n *yaml.Node, v reflect.Value, path string, l level) {
+	var rest []int
+	if !d.structureRest(n, v, path, &rest) {
+		return
+	}
+	if s := d.kindRest(n, rest, path, l); s != nil {
+		v.FieldByName("Settings").Set(reflect.ValueOf(s))
+	}
+}
+
+// kindRest decodes the keys of the mapping n at the indexes rest, which
+// the common struct has no field for, into a new settings struct of the
+// kind d.kind for the level and returns it: nil when the kind has none.
+// A key of another kind, or of none, is an error.
+func (d *decoder) kindRest(n *yaml.Node, rest []int, path string, l level) any {
+	k := LookupKind(d.kind)
+	var settings any
 	var sv reflect.Value
 	var own map[string][]int
-	if k != nil && k.Settings != nil {
-		dev.Settings = k.Settings()
-		sv, own = reflect.ValueOf(dev.Settings).Elem(), k.settingsKeys()
+	if k != nil {
+		if settings = k.newSettings(l); settings != nil {
+			sv, own = reflect.ValueOf(settings).Elem(), k.settingsKeys(l)
+		}
 	}
 	// For did-you-mean, built at the first unknown key: the keys of this
 	// kind and of the others.
@@ -495,19 +533,39 @@ func (d *decoder) device(n *yaml.Node, v reflect.Value, path string) {
 			d.value(val, sv.FieldByIndex(idx), p)
 			continue
 		}
-		if msg := foreignKey(key.Value, dev.Kind, false); msg != "" && k != nil {
-			d.errorf(key, p, "%s", msg)
+		if msg := foreignKey(key.Value, d.kind, l); msg != "" {
+			// With an unknown kind, the kind is the one error.
+			if k != nil {
+				d.errorf(key, p, "%s", msg)
+			}
 			continue
 		}
 		if known == nil {
-			known, others = kindKeys(k), otherKindsKeys(k)
+			known, others = kindKeys(k, l), otherKindsKeys(k, l)
 		}
 		hint := suggest(key.Value, known)
 		if other := closest(key.Value, others); hint == "" && other != "" && k != nil {
-			hint = fmt.Sprintf(" (did you mean %q? %s)", other, foreignKey(other, dev.Kind, false))
+			hint = fmt.Sprintf(" (did you mean %q? %s)", other, foreignKey(other, d.kind, l))
 		}
 		d.errorf(key, p, "unknown key %q%s", key.Value, hint)
 	}
+	return settings
+}
+
+// scalarValue is the scalar value of key in the mapping n, or "".
+func scalarValue(n *yaml.Node, key string) string {
+	if n.Kind != yaml.MappingNode {
+		return ""
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			if v := resolveAlias(n.Content[i+1]); v.Kind == yaml.ScalarNode {
+				return v.Value
+			}
+			return ""
+		}
+	}
+	return ""
 }
 
 // keySet finds a repeated key of one mapping. A struct's mapping has a

@@ -31,17 +31,9 @@ const (
 	DefaultDeviceConnectTimeout = 5 * time.Second
 	DefaultDeviceRequestTimeout = 2 * time.Second
 	DefaultDeviceCloseTimeout   = 1 * time.Second
-	DefaultUnitID               = 1
-	DefaultByteOrder            = "ABCD"
-	DefaultRegister             = "holding"
 	DefaultPollInterval         = 1 * time.Second
 	DefaultPublish              = "on_change"
 	DefaultTopic                = "leasebridge/{session}/{device}/{tag}"
-	DefaultModbusPort           = "502"
-	DefaultBaudRate             = 19200
-	DefaultDataBits             = 8
-	DefaultParity               = "E"
-	DefaultStopBits             = 1
 
 	// DefaultWriteQoS is a write route's qos: at QoS 1 a request published
 	// while no owner is connected waits in the session's persistent
@@ -108,8 +100,11 @@ func (c *Config) applyDefaults() {
 				setStr(&g.Mode, "poll")
 			}
 		}
-		if k := LookupKind(d.Kind); k != nil && k.Defaults != nil {
-			k.Defaults(c, name, d)
+		if k := LookupKind(d.Kind); k != nil {
+			k.ensureSettings(d)
+			if k.Defaults != nil {
+				k.Defaults(c, name, d)
+			}
 		}
 	}
 	for i, r := range c.Routes {
@@ -136,6 +131,28 @@ func (c *Config) applyDefaults() {
 				if m != nil {
 					setStr(&m.Direction, "in")
 				}
+			}
+		}
+	}
+}
+
+// ensureSettings gives d, its groups and its tags the kind's settings
+// structs they lack (a Device built in code, or a kind's defaults being
+// documented), so the kind's Defaults has them to fill.
+func (k *DeviceKind) ensureSettings(d *Device) {
+	if d.Settings == nil {
+		d.Settings = k.newSettings(deviceLevel)
+	}
+	for _, g := range d.Groups {
+		if g == nil {
+			continue
+		}
+		if g.Settings == nil {
+			g.Settings = k.newSettings(groupLevel)
+		}
+		for _, t := range g.Tags {
+			if t != nil && t.Settings == nil {
+				t.Settings = k.newSettings(tagLevel)
 			}
 		}
 	}
@@ -207,21 +224,24 @@ func DefaultValues() map[string]string {
 	return out
 }
 
-// collectSettings emits the defaults of each kind's own settings. A kind's
-// default may follow the device's name or data_dir (opcua's cert_file):
-// the kind's Defaults run under the placeholders <device> and <data_dir>.
+// collectSettings emits the defaults of each kind's own settings: of a
+// device, of a poll group and of a tag. A kind's default may follow the
+// device's name or data_dir (opcua's cert_file): the kind's Defaults run
+// under the placeholders <device> and <data_dir>.
 func collectSettings(kinds []string, emit func(path, value string)) {
 	placeholder := &Config{DataDir: "<data_dir>"}
 	for _, k := range kinds {
 		spec := LookupKind(k)
-		if spec.Settings == nil {
-			continue
-		}
-		d := &Device{Kind: k, Groups: []*PollGroup{{}}, Settings: spec.Settings()}
+		d := &Device{Kind: k, Groups: []*PollGroup{{Tags: []*Tag{{}}}}}
+		spec.ensureSettings(d)
 		if spec.Defaults != nil {
 			spec.Defaults(placeholder, "<device>", d)
 		}
-		collect(reflect.ValueOf(d.Settings), "devices."+k, emit)
+		for at, s := range map[string]any{"": d.Settings, ".groups[*]": d.Groups[0].Settings, ".groups[*].tags[*]": d.Groups[0].Tags[0].Settings} {
+			if s != nil {
+				collect(reflect.ValueOf(s), "devices."+k+at, emit)
+			}
+		}
 	}
 }
 

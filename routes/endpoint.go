@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -29,25 +28,6 @@ func (d *Device) Endpoint() (Endpoint, error) {
 		return k.Endpoint(d)
 	}
 	return Endpoint{}, fmt.Errorf("routes: unknown device kind %q", d.Kind)
-}
-
-// modbusTCPEndpoint is host:port: every unit behind one TCP server shares
-// its connection budget, so unit_id is not part of the identity.
-func modbusTCPEndpoint(d *Device) (Endpoint, error) {
-	host, port, local, err := HostPort(d.Address, DefaultModbusPort)
-	if err != nil {
-		return Endpoint{}, err
-	}
-	return Endpoint{ID: "modbus_tcp://" + net.JoinHostPort(host, port), NodeLocal: local}, nil
-}
-
-// modbusRTUEndpoint is the serial port: one master per line, so two units
-// on one line are one endpoint.
-func modbusRTUEndpoint(d *Device) (Endpoint, error) {
-	if d.Address == "" {
-		return Endpoint{}, fmt.Errorf("routes: address: want a serial device path such as /dev/ttyUSB0")
-	}
-	return Endpoint{ID: "modbus_rtu:" + filepath.Clean(d.Address), NodeLocal: true}, nil
 }
 
 // HostPort splits host[:port] and normalises it without resolving names:

@@ -3,7 +3,6 @@ package routes
 import (
 	"fmt"
 	"reflect"
-	"slices"
 	"strings"
 	"sync"
 )
@@ -23,11 +22,15 @@ type DeviceKind struct {
 	// decoded into it strictly, with positions, and it becomes
 	// Device.Settings. Nil for a kind without keys of its own.
 	Settings func() any
-	// Keys are the Device fields, beyond the common ones, that a kind
-	// whose keys still live in Device accepts (modbus).
-	Keys []string
-	// TagKeys are the Tag keys, beyond the common ones, the kind accepts.
-	TagKeys []string
+	// GroupSettings returns a new pointer to the kind's own poll group
+	// configuration struct, decoded as TagSettings is, into
+	// PollGroup.Settings. Nil for a kind without group keys of its own.
+	GroupSettings func() any
+	// TagSettings returns a new pointer to the kind's own tag
+	// configuration struct; a tag's keys that are not common to every tag
+	// are decoded into it strictly, with positions, and it becomes
+	// Tag.Settings. Nil for a kind without tag keys of its own.
+	TagSettings func() any
 	// Subscribe allows poll groups of mode subscribe.
 	Subscribe bool
 	// Defaults fills the kind's defaults of device name; may be nil.
@@ -50,9 +53,6 @@ type DeviceKind struct {
 var (
 	kindsMu  sync.RWMutex
 	kindsReg = map[string]*DeviceKind{}
-	// specific are the Device keys (false) and Tag keys (true) some
-	// registered kind claims, kept with the registry.
-	specific = map[bool][]string{}
 )
 
 // RegisterKind makes a device kind known to the configuration; transport
@@ -68,13 +68,6 @@ func RegisterKind(k DeviceKind) {
 		panic(fmt.Sprintf("routes: device kind %q registered twice", k.Name))
 	}
 	kindsReg[k.Name] = &k
-	for _, tag := range []bool{false, true} {
-		list := k.Keys
-		if tag {
-			list = k.TagKeys
-		}
-		specific[tag] = slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(specific[tag]), list...))))
-	}
 }
 
 // LookupKind returns the registered kind named name, or nil.
@@ -115,32 +108,56 @@ func subscribeKinds() []string {
 	return out
 }
 
-// settingsKeys are the YAML keys of the kind's own configuration struct.
-func (k *DeviceKind) settingsKeys() map[string][]int {
-	if k.Settings == nil {
+// level is where a kind's own keys are written: on a device, on one of
+// its poll groups or on one of their tags.
+type level int
+
+const (
+	deviceLevel level = iota
+	groupLevel
+	tagLevel
+)
+
+// noun names the level's keys in messages.
+func (l level) noun() string { return [...]string{"key", "group key", "tag key"}[l] }
+
+// common is the struct holding the keys every kind has at the level.
+func (l level) common() reflect.Type {
+	return [...]reflect.Type{deviceType, groupType, tagType}[l]
+}
+
+// newSettings returns a new settings struct of the kind for the level;
+// nil when the kind has none there.
+func (k *DeviceKind) newSettings(l level) any {
+	mk := [...]func() any{k.Settings, k.GroupSettings, k.TagSettings}[l]
+	if mk == nil {
 		return nil
 	}
-	return fields(reflect.TypeOf(k.Settings()).Elem()).byKey
+	return mk()
+}
+
+// settingsKeys are the YAML keys of the kind's own configuration struct
+// for the level.
+func (k *DeviceKind) settingsKeys(l level) map[string][]int {
+	s := k.newSettings(l)
+	if s == nil {
+		return nil
+	}
+	return fields(reflect.TypeOf(s).Elem()).byKey
 }
 
 // accepts reports whether a device of this kind may carry the
-// kind-specific key (tag says whether it is a tag key).
-func (k *DeviceKind) accepts(key string, tag bool) bool {
-	if tag {
-		return slices.Contains(k.TagKeys, key)
-	}
-	if slices.Contains(k.Keys, key) {
-		return true
-	}
-	_, ok := k.settingsKeys()[key]
+// kind-specific key at the level.
+func (k *DeviceKind) accepts(key string, l level) bool {
+	_, ok := k.settingsKeys(l)[key]
 	return ok
 }
 
 // ownersOf lists the registered kinds other than except that accept key.
-func ownersOf(key, except string, tag bool) []string {
+func ownersOf(key, except string, l level) []string {
 	var out []string
 	for _, name := range Kinds() {
-		if k := LookupKind(name); name != except && k.accepts(key, tag) {
+		if k := LookupKind(name); name != except && k.accepts(key, l) {
 			out = append(out, name)
 		}
 	}
@@ -149,73 +166,43 @@ func ownersOf(key, except string, tag bool) []string {
 
 // foreignKey is the message for a key that belongs to other kinds, or ""
 // when no registered kind accepts it.
-func foreignKey(key, kind string, tag bool) string {
-	owners := ownersOf(key, kind, tag)
+func foreignKey(key, kind string, l level) string {
+	owners := ownersOf(key, kind, l)
 	if len(owners) == 0 {
 		return ""
-	}
-	what := "key"
-	if tag {
-		what = "tag key"
 	}
 	article := "a"
 	if strings.ContainsRune("aeiou", rune(owners[0][0])) {
 		article = "an"
 	}
-	return fmt.Sprintf("%s is %s %s %s, not %s", key, article, strings.Join(owners, "/"), what, kind)
+	return fmt.Sprintf("%s is %s %s %s, not %s", key, article, strings.Join(owners, "/"), l.noun(), kind)
 }
 
-// otherKindsKeys are the device keys of the registered kinds other than k.
-func otherKindsKeys(k *DeviceKind) map[string][]int {
+// otherKindsKeys are the keys at the level of the registered kinds other
+// than k.
+func otherKindsKeys(k *DeviceKind, l level) map[string][]int {
 	out := map[string][]int{}
 	for _, name := range Kinds() {
 		o := LookupKind(name)
 		if k != nil && name == k.Name {
 			continue
 		}
-		for _, key := range o.Keys {
-			out[key] = nil
-		}
-		for key := range o.settingsKeys() {
+		for key := range o.settingsKeys(l) {
 			out[key] = nil
 		}
 	}
 	return out
 }
 
-// kindSpecific are the Device or Tag keys some registered kind claims;
-// every other key of Device and Tag is common to all kinds.
-func kindSpecific(tag bool) []string {
-	kindsMu.RLock()
-	defer kindsMu.RUnlock()
-	return specific[tag]
-}
-
-// checkForeignKeys refuses a written key of the device, or of its tag at
-// path when tag is set, that belongs to another kind: an s7 device
-// carrying unit_id is a mistake, not a no-op.
-func (c *Config) checkForeignKeys(path string, kind *DeviceKind, tag bool) Errors {
-	var errs Errors
-	for _, key := range kindSpecific(tag) {
-		if p := path + "." + key; c.written(p) && !kind.accepts(key, tag) {
-			errs = append(errs, c.errAt(p, "%s", foreignKey(key, kind.Name, tag)))
-		}
-	}
-	return errs
-}
-
-// kindKeys are the keys a device of kind k may carry, for did-you-mean:
-// the common Device keys, the kind's Device keys and its own settings.
-func kindKeys(k *DeviceKind) map[string][]int {
+// kindKeys are the keys kind k allows at the level, for did-you-mean: the
+// common keys there and the kind's own settings.
+func kindKeys(k *DeviceKind, l level) map[string][]int {
 	out := map[string][]int{}
-	specific := kindSpecific(false)
-	for key, idx := range fields(reflect.TypeOf(Device{})).byKey {
-		if !slices.Contains(specific, key) || (k != nil && k.accepts(key, false)) {
-			out[key] = idx
-		}
+	for key, idx := range fields(l.common()).byKey {
+		out[key] = idx
 	}
 	if k != nil {
-		for key, idx := range k.settingsKeys() {
+		for key, idx := range k.settingsKeys(l) {
 			out[key] = idx
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasebridge/leasebridge/routes"
+	"github.com/leasebridge/leasebridge/transports/modbus"
 )
 
 // The malformed files below each once passed silently, lost their
@@ -143,8 +144,8 @@ func TestModbusRegisterDefaultsToHolding(t *testing.T) {
 	if errs != nil {
 		t.Fatal(errs)
 	}
-	if got := cfg.Devices["plc"].Groups[0].Tags[0].Register; got != routes.DefaultRegister {
-		t.Errorf("register %q, want %q", got, routes.DefaultRegister)
+	if got := cfg.Devices["plc"].Groups[0].Tags[0].Settings.(*modbus.TagConfig).Register; got != modbus.DefaultRegister {
+		t.Errorf("register %q, want %q", got, modbus.DefaultRegister)
 	}
 }
 

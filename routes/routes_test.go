@@ -16,6 +16,7 @@ import (
 
 	// The transports of every kind, which Preflight builds.
 	_ "github.com/leasebridge/leasebridge/transports/all"
+	"github.com/leasebridge/leasebridge/transports/modbus"
 )
 
 const base = `deployment_mode: clustered
@@ -88,8 +89,9 @@ func TestParseAppliesDefaults(t *testing.T) {
 		t.Errorf("broker defaults: timeouts %s/%s/%s client %q version %d", b.ConnectTimeout.D(), b.ReconcileTimeout.D(), b.UnmatchedGrace.D(), b.ClientID, b.ProtocolVersion)
 	}
 	d := cfg.Devices["plc"]
-	if c, r, cl := d.Timeouts(); *d.UnitID != 1 || d.ByteOrder != "ABCD" || !*d.MergeRequests || c != routes.DefaultDeviceConnectTimeout || r != routes.DefaultDeviceRequestTimeout || cl != routes.DefaultDeviceCloseTimeout {
-		t.Errorf("device defaults: unit %d order %s merge %v timeouts %s/%s/%s", *d.UnitID, d.ByteOrder, *d.MergeRequests, c, r, cl)
+	s := d.Settings.(*modbus.Config)
+	if c, r, cl := d.Timeouts(); *s.UnitID != 1 || s.ByteOrder != "ABCD" || !*s.MergeRequests || c != routes.DefaultDeviceConnectTimeout || r != routes.DefaultDeviceRequestTimeout || cl != routes.DefaultDeviceCloseTimeout {
+		t.Errorf("device defaults: unit %d order %s merge %v timeouts %s/%s/%s", *s.UnitID, s.ByteOrder, *s.MergeRequests, c, r, cl)
 	}
 	if cfg.LeaseStore.KeyPrefix != routes.DefaultKeyPrefix || cfg.Routes[0].Topic != routes.DefaultTopic {
 		t.Errorf("prefix %q topic %q", cfg.LeaseStore.KeyPrefix, cfg.Routes[0].Topic)

@@ -2,23 +2,9 @@ package routes
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 )
-
-// ModbusAddress reads a Modbus tag's 0-based protocol address: decimal, or
-// hexadecimal with a 0x prefix. Leading zeros stay decimal ("0100" is 100,
-// not octal 64).
-func ModbusAddress(s string) (uint16, error) {
-	s = strings.TrimSpace(s)
-	base := 10
-	if strings.HasPrefix(s, "0x") || strings.HasPrefix(s, "0X") {
-		s, base = s[2:], 16
-	}
-	v, err := strconv.ParseUint(s, base, 16)
-	return uint16(v), err
-}
 
 // maxTopicLen is MQTT's limit on a topic's encoded length.
 const maxTopicLen = 65535

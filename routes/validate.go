@@ -49,8 +49,6 @@ func (c *Config) errAt(path, format string, args ...any) *FieldError {
 }
 
 var (
-	byteOrders = []string{"ABCD", "DCBA", "BADC", "CDAB"}
-	registers  = []string{"holding", "input", "coil", "discrete"}
 	// TagTypes are the value types a tag may have, the one list the
 	// device transports check against (Modbus registers hold no 8-bit
 	// types).
@@ -250,7 +248,6 @@ func (c *Config) checkDevice(path string, d *Device) Errors {
 		add(path+".kind", "unknown device kind %q: want %s", d.Kind, strings.Join(Kinds(), ", "))
 		return errs
 	}
-	errs = append(errs, c.checkForeignKeys(path, k, false)...)
 	if k.Check != nil {
 		errs = append(errs, k.Check(c, path, d)...)
 	}
@@ -317,7 +314,6 @@ func (c *Config) checkTag(path string, d *Device, k *DeviceKind, t *Tag) Errors 
 	if t.Deadband < 0 {
 		add(path+".deadband", "deadband must be >= 0")
 	}
-	errs = append(errs, c.checkForeignKeys(path, k, true)...)
 	if k.CheckTag != nil && (len(errs) == 0 || !k.WholeTag) {
 		errs = append(errs, k.CheckTag(c, path, d, t)...)
 	}

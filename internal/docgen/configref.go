@@ -200,48 +200,82 @@ func table(b *strings.Builder, s section, fields, defaults map[string]string) []
 }
 
 // kindSections lists the registered device kinds with the keys each adds
-// to `devices.*`, and a key table for each kind with settings of its own,
-// documented from the comments of its package.
+// to `devices.*`, to its groups and to its tags, and a key table for each settings struct
+// of a kind, documented from the comments of its package; kinds sharing
+// one struct share its table.
 func kindSections(defaults map[string]string) (string, error) {
 	var b strings.Builder
 	b.WriteString("## Device kinds\n\n")
-	b.WriteString("A device's `kind` decides which keys beyond the common ones (`kind`, `address`, the timeouts, `groups`) it may carry; a key of another kind is an error naming the kinds it belongs to.\n\n")
-	b.WriteString("| kind | device keys | tag keys | meaning |\n|---|---|---|---|\n")
-	var own []string
+	b.WriteString("A device's `kind` decides which keys beyond the common ones (`kind`, `address`, the timeouts, `groups`) it may carry, on the device, its groups and its tags; a key of another kind is an error naming the kinds it belongs to.\n\n")
+	b.WriteString("| kind | device keys | group keys | tag keys | meaning |\n|---|---|---|---|---|\n")
+	type own struct {
+		path  string
+		t     reflect.Type
+		kinds []string
+	}
+	var owns []*own
+	add := func(kind, path string, mk func() any) []string {
+		if mk == nil {
+			return nil
+		}
+		t := reflect.TypeOf(mk()).Elem()
+		i := slices.IndexFunc(owns, func(o *own) bool { return o.t == t && o.path == path })
+		if i < 0 {
+			owns = append(owns, &own{path: path, t: t})
+			i = len(owns) - 1
+		}
+		owns[i].kinds = append(owns[i].kinds, kind)
+		return yamlKeys(t)
+	}
 	for _, name := range routes.Kinds() {
 		k := routes.LookupKind(name)
-		keys := slices.Clone(k.Keys)
-		if k.Settings != nil {
-			own = append(own, name)
-			keys = append(keys, yamlKeys(reflect.TypeOf(k.Settings()).Elem())...)
-		}
-		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", name, codeList(keys), codeList(k.TagKeys), k.Doc)
+		keys := add(name, "devices.*", k.Settings)
+		groupKeys := add(name, "devices.*.groups[*]", k.GroupSettings)
+		tagKeys := add(name, "devices.*.groups[*].tags[*]", k.TagSettings)
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s |\n", name, codeList(keys), codeList(groupKeys), codeList(tagKeys), k.Doc)
 	}
 	b.WriteString("\n")
-	for _, name := range own {
-		st := reflect.TypeOf(routes.LookupKind(name).Settings()).Elem()
-		dir := "../../" + strings.TrimPrefix(st.PkgPath(), module)
-		fields, types, err := packageDocs(dir, st.PkgPath())
-		if err != nil {
+	// The device tables, then the group and the tag tables.
+	slices.SortStableFunc(owns, func(a, b *own) int { return len(a.path) - len(b.path) })
+	for _, o := range owns {
+		if err := settingsTables(&b, o.kinds, section{"`" + o.path + "`", o.path, o.t}, defaults); err != nil {
 			return "", err
 		}
-		// A kind's settings may inline a routes type (Credentials).
-		shared, _, err := fieldDocs()
-		if err != nil {
-			return "", err
-		}
-		for k, v := range shared {
-			if _, ok := fields[k]; !ok {
-				fields[k] = v
-			}
-		}
-		fmt.Fprintf(&b, "## `devices.*` of kind `%s`\n\n", name)
-		if d := types[st.Name()]; d != "" {
-			fmt.Fprintf(&b, "%s (%s)\n\n", d, strings.TrimPrefix(st.PkgPath(), module))
-		}
-		table(&b, section{path: "devices.*", t: st}, fields, defaults)
 	}
 	return b.String(), nil
+}
+
+// settingsTables writes the key table of a settings struct of kinds, and
+// those of the structs below it.
+func settingsTables(b *strings.Builder, kinds []string, s section, defaults map[string]string) error {
+	pkg := s.t.PkgPath()
+	fields, types, err := packageDocs("../../"+strings.TrimPrefix(pkg, module), pkg)
+	if err != nil {
+		return err
+	}
+	// A kind's settings may inline a routes type (Credentials).
+	shared, _, err := fieldDocs()
+	if err != nil {
+		return err
+	}
+	for k, v := range shared {
+		if _, ok := fields[k]; !ok {
+			fields[k] = v
+		}
+	}
+	what := "kind"
+	if len(kinds) > 1 {
+		what = "kinds"
+	}
+	for queue := []section{s}; len(queue) > 0; queue = queue[1:] {
+		s := queue[0]
+		fmt.Fprintf(b, "## %s of %s %s\n\n", s.title, what, codeList(kinds))
+		if d := types[s.t.Name()]; d != "" {
+			fmt.Fprintf(b, "%s (%s)\n\n", d, strings.TrimPrefix(pkg, module))
+		}
+		queue = append(queue, table(b, s, fields, defaults)...)
+	}
+	return nil
 }
 
 // yamlKeys are the keys of the struct t in order, those of its inline

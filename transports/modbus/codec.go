@@ -21,8 +21,10 @@ const (
 	CDAB ByteOrder = "CDAB" // little-endian word order, big-endian bytes
 )
 
+// parseOrder reads a byte_order as written; the configuration and the
+// transport accept the same four.
 func parseOrder(s string) (ByteOrder, bool) {
-	switch o := ByteOrder(strings.ToUpper(strings.TrimSpace(s))); o {
+	switch o := ByteOrder(s); o {
 	case ABCD, DCBA, BADC, CDAB:
 		return o, true
 	}

@@ -78,9 +78,9 @@ func TestEveryTagType(t *testing.T) {
 	for _, typ := range types {
 		x := &routes.Tag{Name: "x", Address: "1", Type: typ, Length: 4}
 		if typ == "bool" {
-			x.Bit = ptr(3)
+			x.Settings = &TagConfig{Bit: ptr(3)}
 		}
-		dev := &routes.Device{Kind: routes.KindModbusTCP, Address: "127.0.0.1:502",
+		dev := &routes.Device{Kind: KindTCP, Address: "127.0.0.1:502",
 			Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{x}}}}
 		if _, err := New("plc1", dev); err != nil {
 			t.Errorf("type %s: %v", typ, err)

@@ -14,7 +14,7 @@ func TestConformance(t *testing.T) {
 			return transporttest.Proxy(t, startServer(t, newPLC()).addr)
 		},
 		New: func(t *testing.T, addr string, b transporttest.Bounds) transporttest.Device {
-			tr, err := New("plc1", b.Device(routes.KindModbusTCP, addr, routes.Tag{Address: "1"}))
+			tr, err := New("plc1", b.Device(KindTCP, addr, routes.Tag{Address: "1"}))
 			if err != nil {
 				t.Fatal(err)
 			}

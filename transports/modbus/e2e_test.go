@@ -77,7 +77,7 @@ func TestReadEveryTypeAndByteOrder(t *testing.T) {
 		g := &routes.PollGroup{Name: order}
 		for _, c := range typeCases() {
 			p.setWire(p.holding[:], base+c.addr, permute(order, c.big))
-			g.Tags = append(g.Tags, &routes.Tag{Name: order + "_" + c.typ, Address: strconv.Itoa(base + c.addr), Type: c.typ, ByteOrder: order})
+			g.Tags = append(g.Tags, &routes.Tag{Name: order + "_" + c.typ, Address: strconv.Itoa(base + c.addr), Type: c.typ, Settings: &TagConfig{ByteOrder: order}})
 		}
 		groups = append(groups, g)
 	}
@@ -98,20 +98,20 @@ func TestReadEveryTypeAndByteOrder(t *testing.T) {
 	p.discrete[3] = true
 	misc := &routes.PollGroup{Name: "misc", Tags: []*routes.Tag{
 		{Name: "str", Address: "6000", Type: "string", Length: 5},
-		{Name: "str_swapped", Address: "6010", Type: "string", Length: 5, ByteOrder: "BADC"},
-		{Name: "bit2", Address: "6020", Type: "bool", Bit: ptr(2)},
-		{Name: "bit15", Address: "6020", Type: "bool", Bit: ptr(15)},
-		{Name: "bit3", Address: "6020", Type: "bool", Bit: ptr(3)},
-		{Name: "in_int16", Address: "7000", Register: "input", Type: "int16"},
-		{Name: "in_scaled", Address: "0x1B59", Register: "input", Type: "uint16", Scale: ptr(0.1), Offset: 0},
-		{Name: "in_offset", Address: "7001", Register: "input", Type: "uint16", Scale: ptr(2.0), Offset: -100},
-		{Name: "coil10", Address: "10", Register: "coil"},
-		{Name: "coil12", Address: "12", Register: "coil"},
-		{Name: "di3", Address: "3", Register: "discrete"},
+		{Name: "str_swapped", Address: "6010", Type: "string", Length: 5, Settings: &TagConfig{ByteOrder: "BADC"}},
+		{Name: "bit2", Address: "6020", Type: "bool", Settings: &TagConfig{Bit: ptr(2)}},
+		{Name: "bit15", Address: "6020", Type: "bool", Settings: &TagConfig{Bit: ptr(15)}},
+		{Name: "bit3", Address: "6020", Type: "bool", Settings: &TagConfig{Bit: ptr(3)}},
+		{Name: "in_int16", Address: "7000", Type: "int16", Settings: &TagConfig{Register: "input"}},
+		{Name: "in_scaled", Address: "0x1B59", Type: "uint16", Scale: ptr(0.1), Offset: 0, Settings: &TagConfig{Register: "input"}},
+		{Name: "in_offset", Address: "7001", Type: "uint16", Scale: ptr(2.0), Offset: -100, Settings: &TagConfig{Register: "input"}},
+		{Name: "coil10", Address: "10", Settings: &TagConfig{Register: "coil"}},
+		{Name: "coil12", Address: "12", Settings: &TagConfig{Register: "coil"}},
+		{Name: "di3", Address: "3", Settings: &TagConfig{Register: "discrete"}},
 	}}
 	groups = append(groups, misc)
 
-	r := newRig(t, p, &routes.Device{ByteOrder: "CDAB", Groups: groups})
+	r := newRig(t, p, &routes.Device{Settings: &Config{ByteOrder: "CDAB"}, Groups: groups})
 	r.Open(t)
 	for _, order := range []string{"ABCD", "DCBA", "BADC", "CDAB"} {
 		vals := r.Poll(t, order)
@@ -144,13 +144,13 @@ func TestWriteEveryType(t *testing.T) {
 	var tags []*routes.Tag
 	for oi, order := range []string{"ABCD", "DCBA", "BADC", "CDAB"} {
 		for _, c := range typeCases() {
-			tags = append(tags, &routes.Tag{Name: order + "_" + c.typ, Address: strconv.Itoa(100*(oi+1) + c.addr), Type: c.typ, ByteOrder: order, Writable: true})
+			tags = append(tags, &routes.Tag{Name: order + "_" + c.typ, Address: strconv.Itoa(100*(oi+1) + c.addr), Type: c.typ, Writable: true, Settings: &TagConfig{ByteOrder: order}})
 		}
 	}
 	tags = append(tags,
 		&routes.Tag{Name: "str", Address: "600", Type: "string", Length: 4, Writable: true},
-		&routes.Tag{Name: "bit4", Address: "610", Type: "bool", Bit: ptr(4), Writable: true},
-		&routes.Tag{Name: "coil", Address: "5", Register: "coil", Writable: true},
+		&routes.Tag{Name: "bit4", Address: "610", Type: "bool", Writable: true, Settings: &TagConfig{Bit: ptr(4)}},
+		&routes.Tag{Name: "coil", Address: "5", Writable: true, Settings: &TagConfig{Register: "coil"}},
 		&routes.Tag{Name: "scaled", Address: "620", Type: "int16", Scale: ptr(0.1), Offset: 20, Writable: true},
 		&routes.Tag{Name: "ro", Address: "630", Type: "int16"},
 	)
@@ -238,8 +238,8 @@ func TestMergeRequests(t *testing.T) {
 			adj = append(adj, &routes.Tag{Name: "a" + strconv.Itoa(i), Address: strconv.Itoa(10 + i), Type: "int16"})
 		}
 		adj = append(adj, &routes.Tag{Name: "far", Address: "500", Type: "int16"},
-			&routes.Tag{Name: "c1", Address: "1", Register: "coil"},
-			&routes.Tag{Name: "c2", Address: "2", Register: "coil"})
+			&routes.Tag{Name: "c1", Address: "1", Settings: &TagConfig{Register: "coil"}},
+			&routes.Tag{Name: "c2", Address: "2", Settings: &TagConfig{Register: "coil"}})
 		for i := 0; i < 65; i++ { // 130 registers: two requests at most 125 each
 			big = append(big, &routes.Tag{Name: "b" + strconv.Itoa(i), Address: strconv.Itoa(1000 + 2*i), Type: "uint32"})
 		}
@@ -253,7 +253,7 @@ func TestMergeRequests(t *testing.T) {
 		for i := 0; i < 10; i++ {
 			p.holding[10+i] = uint16(i)
 		}
-		r := newRig(t, p, &routes.Device{MergeRequests: &tc.merge, Groups: mk()})
+		r := newRig(t, p, &routes.Device{Settings: &Config{MergeRequests: &tc.merge}, Groups: mk()})
 		r.Open(t)
 		before := p.readCount()
 		vals := r.Poll(t, "adj")
@@ -316,13 +316,13 @@ func TestConfigErrors(t *testing.T) {
 		{routes.Tag{Name: "t2", Address: "70000"}, ErrAddress, []string{`"t2"`, `"70000"`}},
 		{routes.Tag{Name: "t3", Address: "65535", Type: "uint32"}, ErrAddress, []string{`"t3"`, "65535"}},
 		{routes.Tag{Name: "t4", Address: "1", Type: "complex"}, ErrConfig, []string{`"t4"`, `"complex"`, "float32"}},
-		{routes.Tag{Name: "t5", Address: "1", Register: "memory"}, ErrConfig, []string{`"t5"`, "holding, input, coil or discrete"}},
+		{routes.Tag{Name: "t5", Address: "1", Settings: &TagConfig{Register: "memory"}}, ErrConfig, []string{`"t5"`, "holding, input, coil or discrete"}},
 		{routes.Tag{Name: "t6", Address: "1", Type: "bool"}, ErrConfig, []string{`"t6"`, "bit 0..15"}},
 		{routes.Tag{Name: "t7", Address: "1", Type: "string"}, ErrConfig, []string{`"t7"`, "length"}},
-		{routes.Tag{Name: "t8", Address: "1", ByteOrder: "ACBD"}, ErrConfig, []string{`"t8"`, `"ACBD"`, "CDAB"}},
-		{routes.Tag{Name: "t9", Address: "1", Register: "input", Writable: true}, ErrConfig, []string{`"t9"`, "read-only"}},
+		{routes.Tag{Name: "t8", Address: "1", Settings: &TagConfig{ByteOrder: "ACBD"}}, ErrConfig, []string{`"t8"`, `"ACBD"`, "CDAB"}},
+		{routes.Tag{Name: "t9", Address: "1", Writable: true, Settings: &TagConfig{Register: "input"}}, ErrConfig, []string{`"t9"`, "read-only"}},
 	} {
-		_, err := New("dev", &routes.Device{Kind: routes.KindModbusTCP, Address: "127.0.0.1:502",
+		_, err := New("dev", &routes.Device{Kind: KindTCP, Address: "127.0.0.1:502",
 			Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{&tc.tag}}}})
 		if !errors.Is(err, tc.want) {
 			t.Errorf("tag %s: error %v, want %v", tc.tag.Name, err, tc.want)
@@ -334,7 +334,7 @@ func TestConfigErrors(t *testing.T) {
 			}
 		}
 	}
-	if _, err := transports.New(routes.KindModbusTCP, "x", "not a device"); !errors.Is(err, ErrConfig) {
+	if _, err := transports.New(KindTCP, "x", "not a device"); !errors.Is(err, ErrConfig) {
 		t.Errorf("factory with a wrong config type: %v", err)
 	}
 }
@@ -342,7 +342,7 @@ func TestConfigErrors(t *testing.T) {
 // TestUnitID checks the unit id reaches the device.
 func TestUnitID(t *testing.T) {
 	p := newPLC()
-	r := newRig(t, p, &routes.Device{UnitID: ptr(17), Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Name: "x", Address: "1"}}}}})
+	r := newRig(t, p, &routes.Device{Settings: &Config{UnitID: ptr(17)}, Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Name: "x", Address: "1"}}}}})
 	r.Open(t)
 	r.Poll(t, "g")
 	p.mu.Lock()

@@ -8,7 +8,8 @@
 // Tags live in holding or input registers, coils or discrete inputs; a
 // poll group's adjacent tags are read with one request when merge_requests
 // is on. The configuration is a *routes.Device of kind modbus_tcp or
-// modbus_rtu.
+// modbus_rtu whose Settings and tags' Settings hold this package's Config
+// (RTUConfig) and TagConfig (config.go).
 package modbus
 
 import (
@@ -52,8 +53,8 @@ var (
 )
 
 func init() {
-	transports.Register(routes.KindModbusTCP, factory)
-	transports.Register(routes.KindModbusRTU, factory)
+	transports.Register(KindTCP, factory)
+	transports.Register(KindRTU, factory)
 }
 
 func factory(name string, cfg any) (transports.Transport, error) {
@@ -106,7 +107,7 @@ type Transport struct {
 	kind    string
 	address string
 	unit    byte
-	serial  routes.Serial
+	serial  Serial
 	merge   bool
 
 	*transports.Catalog[*group, *tag]
@@ -117,10 +118,12 @@ type Transport struct {
 	dial func(ctx context.Context) (link, error)
 }
 
-// mconn is one open connection and the goburrow client framing on it.
+// mconn is one open connection and the goburrow client framing on it;
+// unit is the framing's unit id, set before each request.
 type mconn struct {
-	l link
-	c modbus.Client
+	l    link
+	c    modbus.Client
+	unit *byte
 }
 
 // New builds a transport for a modbus_tcp or modbus_rtu device, checking
@@ -129,50 +132,48 @@ func New(name string, dev *routes.Device) (*Transport, error) {
 	if dev == nil {
 		return nil, fmt.Errorf("%w: transport %q: no device", ErrConfig, name)
 	}
+	s, err := settings(dev)
+	if err != nil {
+		return nil, fmt.Errorf("%w: device %q: %v", ErrConfig, name, err)
+	}
 	t := &Transport{
 		name:    name,
 		kind:    dev.Kind,
 		address: dev.Address,
-		serial:  dev.Serial,
-		merge:   dev.MergeRequests == nil || *dev.MergeRequests,
+		serial:  s.Serial.withDefaults(),
+		merge:   s.MergeRequests == nil || *s.MergeRequests,
 	}
 	switch dev.Kind {
-	case routes.KindModbusTCP:
+	case KindTCP:
 		if _, _, err := net.SplitHostPort(dev.Address); err != nil && dev.Address != "" && !strings.Contains(dev.Address, ":") {
 			// A bare host name means the standard Modbus port.
-			t.address = net.JoinHostPort(dev.Address, routes.DefaultModbusPort)
+			t.address = net.JoinHostPort(dev.Address, DefaultPort)
 		} else if err != nil {
 			return nil, fmt.Errorf("%w: device %q: address %q: want host:port: %v", ErrConfig, name, dev.Address, err)
 		}
 		t.dial = t.dialTCP
-	case routes.KindModbusRTU:
+	case KindRTU:
 		if dev.Address == "" {
 			return nil, fmt.Errorf("%w: device %q: address: want a serial device path such as /dev/ttyUSB0", ErrConfig, name)
 		}
 		t.dial = t.dialRTU
 	default:
-		return nil, fmt.Errorf("%w: device %q: kind %q: want %s or %s", ErrConfig, name, dev.Kind, routes.KindModbusTCP, routes.KindModbusRTU)
+		return nil, fmt.Errorf("%w: device %q: kind %q: want %s or %s", ErrConfig, name, dev.Kind, KindTCP, KindRTU)
 	}
-	unit := routes.DefaultUnitID
-	if dev.UnitID != nil {
-		unit = *dev.UnitID
+	var order ByteOrder
+	if t.unit, order, err = s.Config.unitAndOrder(); err != nil {
+		return nil, fmt.Errorf("%w: device %q: %v", ErrConfig, name, err)
 	}
-	if unit < 0 || unit > 255 {
-		return nil, fmt.Errorf("%w: device %q: unit_id %d: want 0..255", ErrConfig, name, unit)
+	units, err := groupUnits(dev, t.unit)
+	if err != nil {
+		return nil, fmt.Errorf("%w: device %q: %v", ErrConfig, name, err)
 	}
-	t.unit = byte(unit)
-	order := ABCD
-	if dev.ByteOrder != "" {
-		o, ok := parseOrder(dev.ByteOrder)
-		if !ok {
-			return nil, fmt.Errorf("%w: device %q: byte_order %q: want ABCD, DCBA, BADC or CDAB", ErrConfig, name, dev.ByteOrder)
-		}
-		order = o
-	}
-	var err error
 	t.Catalog, err = transports.NewCatalog(name, dev, []string{"poll"}, errs,
 		func(tg *routes.Tag) (*tag, error) { return parseTag(tg, order) },
 		func(pg *routes.PollGroup, tags []*tag) *group {
+			for _, tg := range tags {
+				tg.unit = units[pg]
+			}
 			g := &group{name: pg.Name, tags: tags, reqs: plan(tags, t.merge)}
 			if t.first == nil && len(g.reqs) > 0 {
 				t.first = &g.reqs[0]
@@ -204,7 +205,7 @@ func (t *Transport) Open(ctx context.Context) error {
 		if t.first == nil {
 			return nil
 		}
-		if _, err := t.read(actx, t.first.table, t.first.start, t.first.count); err != nil && !errors.Is(err, ErrException) {
+		if _, err := t.read(actx, t.first.unit, t.first.table, t.first.start, t.first.count); err != nil && !errors.Is(err, ErrException) {
 			return fmt.Errorf("device %q: first read of %s %d+%d: %w", t.name, t.first.table, t.first.start, t.first.count, err)
 		}
 		return nil
@@ -218,16 +219,16 @@ func (t *Transport) connect(ctx context.Context) (*mconn, error) {
 		return nil, err
 	}
 	var pk modbus.Packager
-	if t.kind == routes.KindModbusRTU {
+	var unit *byte
+	if t.kind == KindRTU {
 		h := modbus.NewRTUClientHandler(t.address)
-		h.SlaveId = t.unit
-		pk = h
+		pk, unit = h, &h.SlaveId
 	} else {
 		h := modbus.NewTCPClientHandler(t.address)
-		h.SlaveId = t.unit
-		pk = h
+		pk, unit = h, &h.SlaveId
 	}
-	return &mconn{l: l, c: modbus.NewClient2(pk, l)}, nil
+	*unit = t.unit
+	return &mconn{l: l, c: modbus.NewClient2(pk, l), unit: unit}, nil
 }
 
 func (t *Transport) dialTCP(ctx context.Context) (link, error) {
@@ -248,18 +249,6 @@ func (t *Transport) dialRTU(ctx context.Context) (link, error) {
 		Parity:   t.serial.Parity,
 		Timeout:  rtuReadSlice,
 	}
-	if cfg.BaudRate == 0 {
-		cfg.BaudRate = 19200
-	}
-	if cfg.DataBits == 0 {
-		cfg.DataBits = 8
-	}
-	if cfg.Parity == "" {
-		cfg.Parity = "E"
-	}
-	if cfg.StopBits == 0 {
-		cfg.StopBits = 1
-	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -273,17 +262,19 @@ func (t *Transport) dialRTU(ctx context.Context) (link, error) {
 // op names a request in errors; it is formatted only when one is made.
 type op struct {
 	verb  string // "read" or "write"
+	unit  byte
 	table table
 	start uint16
 	count int // registers or bits; 0 for a single-register or coil write
 }
 
-// String reads e.g. "read holding 0+8" or "write coil 3".
+// String reads e.g. "read holding 0+8 of unit 1" or "write coil 3 of
+// unit 2".
 func (o op) String() string {
 	if o.count == 0 {
-		return fmt.Sprintf("%s %s %d", o.verb, o.table, o.start)
+		return fmt.Sprintf("%s %s %d of unit %d", o.verb, o.table, o.start, o.unit)
 	}
-	return fmt.Sprintf("%s %s %d+%d", o.verb, o.table, o.start, o.count)
+	return fmt.Sprintf("%s %s %d+%d of unit %d", o.verb, o.table, o.start, o.count, o.unit)
 }
 
 // exchange runs one request on the connection, bounded by request_timeout
@@ -304,6 +295,7 @@ func (t *Transport) exchange(ctx context.Context, what op, fn func(modbus.Client
 	if err != nil {
 		return nil, err
 	}
+	*mc.unit = what.unit
 	res, err := fn(mc.c)
 	end()
 	if err == nil {
@@ -319,10 +311,10 @@ func (t *Transport) exchange(ctx context.Context, what op, fn func(modbus.Client
 	return nil, t.Failed(ctx, mc, what.String(), err, timedOut)
 }
 
-// read reads count registers or bits of a table; bits come back one byte
-// per bit (0 or 1), registers as wire bytes.
-func (t *Transport) read(ctx context.Context, tb table, start uint16, count int) ([]byte, error) {
-	what := op{verb: "read", table: tb, start: start, count: count}
+// read reads count registers or bits of a table of a unit; bits come
+// back one byte per bit (0 or 1), registers as wire bytes.
+func (t *Transport) read(ctx context.Context, unit byte, tb table, start uint16, count int) ([]byte, error) {
+	what := op{verb: "read", unit: unit, table: tb, start: start, count: count}
 	n := uint16(count)
 	res, err := t.exchange(ctx, what, func(c modbus.Client) ([]byte, error) {
 		switch tb {
@@ -369,7 +361,7 @@ func (t *Transport) Poll(ctx context.Context, name string) ([]transports.Value, 
 	t.Lock()
 	defer t.Unlock()
 	for _, r := range g.reqs {
-		raw, err := t.read(ctx, r.table, r.start, r.count)
+		raw, err := t.read(ctx, r.unit, r.table, r.start, r.count)
 		now := time.Now()
 		switch {
 		case err == nil:
@@ -379,7 +371,7 @@ func (t *Transport) Poll(ctx context.Context, name string) ([]transports.Value, 
 		case errors.Is(err, ErrException) && len(r.tags) > 1:
 			for _, i := range r.tags {
 				tg := g.tags[i]
-				raw, err := t.read(ctx, tg.table, tg.start, tg.count)
+				raw, err := t.read(ctx, tg.unit, tg.table, tg.start, tg.count)
 				now := time.Now()
 				if err == nil {
 					vals[i] = decodeValue(tg, raw, tg.start, now)
@@ -444,7 +436,7 @@ func (t *Transport) Write(ctx context.Context, name string, value any) error {
 		if b {
 			v = 0xFF00
 		}
-		_, err = t.exchange(ctx, op{verb: "write", table: coil, start: tg.start}, func(c modbus.Client) ([]byte, error) {
+		_, err = t.exchange(ctx, op{verb: "write", unit: tg.unit, table: coil, start: tg.start}, func(c modbus.Client) ([]byte, error) {
 			return c.WriteSingleCoil(tg.start, v)
 		})
 		if err != nil {
@@ -456,7 +448,7 @@ func (t *Transport) Write(ctx context.Context, name string, value any) error {
 		if err != nil {
 			return wrap(fmt.Errorf("%w: %w", ErrValue, err))
 		}
-		raw, err := t.read(ctx, holding, tg.start, 1)
+		raw, err := t.read(ctx, tg.unit, holding, tg.start, 1)
 		if err != nil {
 			return wrap(err)
 		}
@@ -466,7 +458,7 @@ func (t *Transport) Write(ctx context.Context, name string, value any) error {
 		} else {
 			v &^= 1 << uint(tg.bit)
 		}
-		_, err = t.exchange(ctx, op{verb: "write", table: holding, start: tg.start}, func(c modbus.Client) ([]byte, error) {
+		_, err = t.exchange(ctx, op{verb: "write", unit: tg.unit, table: holding, start: tg.start}, func(c modbus.Client) ([]byte, error) {
 			return c.WriteSingleRegister(tg.start, v)
 		})
 		if err != nil {
@@ -478,7 +470,7 @@ func (t *Transport) Write(ctx context.Context, name string, value any) error {
 	if err != nil {
 		return wrap(err)
 	}
-	_, err = t.exchange(ctx, op{verb: "write", table: holding, start: tg.start, count: tg.count}, func(c modbus.Client) ([]byte, error) {
+	_, err = t.exchange(ctx, op{verb: "write", unit: tg.unit, table: holding, start: tg.start, count: tg.count}, func(c modbus.Client) ([]byte, error) {
 		if len(wire) == 2 {
 			return c.WriteSingleRegister(tg.start, uint16(wire[0])<<8|uint16(wire[1]))
 		}

@@ -41,9 +41,9 @@ func TestRTUOverPTY(t *testing.T) {
 	dev := &rtuDevice{unit: 3, bad: 200}
 	dev.regs[4] = 0xFF85 // int16 -123
 	go dev.serve(master)
-	tr, err := New("rtu-pty", &routes.Device{Kind: routes.KindModbusRTU, Address: path, UnitID: ptr(3),
+	tr, err := New("rtu-pty", &routes.Device{Kind: KindRTU, Address: path,
 		RequestTimeout: routes.Duration(300 * time.Millisecond), CloseTimeout: routes.Duration(200 * time.Millisecond),
-		Serial: routes.Serial{BaudRate: 115200, DataBits: 8, Parity: "N", StopBits: 1},
+		Settings: &RTUConfig{Config: Config{UnitID: ptr(3)}, Serial: Serial{BaudRate: 115200, DataBits: 8, Parity: "N", StopBits: 1}},
 		Groups: []*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{
 			{Name: "v", Address: "4", Type: "int16", Writable: true},
 			{Name: "b", Address: "200"},

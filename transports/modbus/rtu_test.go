@@ -141,7 +141,7 @@ func (p pipePort) Read(b []byte) (int, error) {
 // dev; dials counts how often the port was (re)opened.
 func newRTU(t *testing.T, dev *rtuDevice, cfg *routes.Device) (*Transport, *atomic.Int32) {
 	t.Helper()
-	cfg.Kind = routes.KindModbusRTU
+	cfg.Kind = KindRTU
 	cfg.Address = "/dev/ttyFAKE0"
 	tr, err := New("rtu1", cfg)
 	if err != nil {
@@ -152,7 +152,7 @@ func newRTU(t *testing.T, dev *rtuDevice, cfg *routes.Device) (*Transport, *atom
 		dials.Add(1)
 		a, b := net.Pipe()
 		go dev.serve(b)
-		return &rtuLink{port: pipePort{a}, frameDelay: rtuFrameDelay(cfg.Serial.BaudRate)}, nil
+		return &rtuLink{port: pipePort{a}, frameDelay: rtuFrameDelay(tr.serial.BaudRate)}, nil
 	}
 	t.Cleanup(func() { _ = tr.Close(context.Background()) })
 	return tr, &dials
@@ -162,7 +162,7 @@ func TestRTUFrames(t *testing.T) {
 	dev := &rtuDevice{unit: 1, bad: 200}
 	dev.regs[0], dev.regs[1] = 0x4049, 0x0FDB // float32 pi, ABCD
 	dev.regs[9] = 0xFFFF
-	tr, dials := newRTU(t, dev, &routes.Device{Serial: routes.Serial{BaudRate: 115200}, RequestTimeout: routes.Duration(200 * time.Millisecond), Groups: []*routes.PollGroup{
+	tr, dials := newRTU(t, dev, &routes.Device{Settings: &RTUConfig{Serial: Serial{BaudRate: 115200}}, RequestTimeout: routes.Duration(200 * time.Millisecond), Groups: []*routes.PollGroup{
 		{Name: "g", Tags: []*routes.Tag{{Name: "pi", Address: "0", Type: "float32", Writable: true}}},
 		{Name: "bad", Tags: []*routes.Tag{{Name: "b", Address: "200"}}},
 		{Name: "w", Tags: []*routes.Tag{{Name: "s", Address: "9", Type: "int16", Writable: true}}},
@@ -226,7 +226,7 @@ func TestRTUSerialized(t *testing.T) {
 		dev.regs[10*i] = uint16(1000 + i)
 		groups = append(groups, &routes.PollGroup{Name: fmt.Sprint(i), Tags: []*routes.Tag{{Name: fmt.Sprint("t", i), Address: fmt.Sprint(10 * i)}}})
 	}
-	tr, _ := newRTU(t, dev, &routes.Device{UnitID: ptr(5), RequestTimeout: routes.Duration(time.Second), Groups: groups})
+	tr, _ := newRTU(t, dev, &routes.Device{Settings: &RTUConfig{Config: Config{UnitID: ptr(5)}}, RequestTimeout: routes.Duration(time.Second), Groups: groups})
 	if err := tr.Open(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -145,10 +145,10 @@ func (p *plc) readCount() int {
 // server runs the simonvetter server on a fixed port so a test can stop and
 // restart the device at the same address.
 type server struct {
-	t    *testing.T
-	plc  *plc
-	addr string
-	srv  *mbserver.ModbusServer
+	t       *testing.T
+	handler mbserver.RequestHandler
+	addr    string
+	srv     *mbserver.ModbusServer
 }
 
 func freePort(t *testing.T) string {
@@ -164,7 +164,14 @@ func freePort(t *testing.T) string {
 
 func startServer(t *testing.T, p *plc) *server {
 	t.Helper()
-	s := &server{t: t, plc: p, addr: freePort(t)}
+	return startHandler(t, p)
+}
+
+// startHandler starts a server answering with h, such as a plc or a
+// gateway of several.
+func startHandler(t *testing.T, h mbserver.RequestHandler) *server {
+	t.Helper()
+	s := &server{t: t, handler: h, addr: freePort(t)}
 	s.start()
 	t.Cleanup(s.stop)
 	return s
@@ -177,7 +184,7 @@ func (s *server) start() {
 		MaxClients: 8,
 		Timeout:    time.Minute,
 		Logger:     log.New(io.Discard, "", 0),
-	}, s.plc)
+	}, s.handler)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -204,7 +211,7 @@ func newRig(t *testing.T, p *plc, dev *routes.Device) *rig {
 	t.Helper()
 	srv := startServer(t, p)
 	px := transporttest.Proxy(t, srv.addr)
-	dev.Kind = routes.KindModbusTCP
+	dev.Kind = KindTCP
 	dev.Address = px.Addr()
 	tr, err := New("plc1", dev)
 	if err != nil {

@@ -34,7 +34,7 @@ const (
 	maxWriteRegisters = 123
 )
 
-// tag is a parsed routes.Tag.
+// tag is a parsed routes.Tag and its TagConfig.
 type tag struct {
 	name     string
 	address  string // as configured, for error messages
@@ -43,8 +43,9 @@ type tag struct {
 	count    int    // registers or bits
 	typ      tagvalue.Type
 	order    ByteOrder
-	bit      int // bit in a register for bool register tags, else -1
-	length   int // bytes of a string: two per register
+	bit      int  // bit in a register for bool register tags, else -1
+	unit     byte // the unit id of its group
+	length   int  // bytes of a string: two per register
 	scale    *float64
 	offset   float64
 	writable bool
@@ -57,31 +58,32 @@ func parseTag(tg *routes.Tag, devOrder ByteOrder) (*tag, error) {
 	if tg.Name == "" {
 		return nil, fmt.Errorf("%w: a tag at address %q has no name", ErrConfig, tg.Address)
 	}
-	switch tb := table(strings.ToLower(strings.TrimSpace(tg.Register))); tb {
-	case "":
-		t.table = holding
-	case holding, input, coil, discrete:
-		t.table = tb
-	default:
-		return nil, fmt.Errorf("%w: tag %q: register %q: want holding, input, coil or discrete", ErrConfig, tg.Name, tg.Register)
+	s, err := settingsOf[TagConfig](tg.Settings)
+	if err != nil {
+		return nil, fmt.Errorf("%w: tag %q: %v", ErrConfig, tg.Name, err)
 	}
-	start, err := routes.ModbusAddress(tg.Address)
+	tb, ok := parseRegister(s.Register)
+	if !ok {
+		return nil, fmt.Errorf("%w: tag %q: register %q: want holding, input, coil or discrete", ErrConfig, tg.Name, s.Register)
+	}
+	t.table = tb
+	start, err := parseAddress(tg.Address)
 	if err != nil {
 		return nil, fmt.Errorf("%w: tag %q: address %q: want a 0-based register or bit number 0..65535 such as \"100\" or \"0x64\"", ErrAddress, tg.Name, tg.Address)
 	}
 	t.start = start
 	t.order = devOrder
-	if tg.ByteOrder != "" {
-		o, ok := parseOrder(tg.ByteOrder)
+	if s.ByteOrder != "" {
+		o, ok := parseOrder(s.ByteOrder)
 		if !ok {
-			return nil, fmt.Errorf("%w: tag %q: byte_order %q: want ABCD, DCBA, BADC or CDAB", ErrConfig, tg.Name, tg.ByteOrder)
+			return nil, fmt.Errorf("%w: tag %q: %v", ErrConfig, tg.Name, errOrder(s.ByteOrder))
 		}
 		t.order = o
 	}
 	typ := tagvalue.Type(strings.ToLower(strings.TrimSpace(tg.Type)))
 	if typ == "" {
 		typ = tagvalue.TypeUint16
-		if t.table.isBits() || tg.Bit != nil {
+		if t.table.isBits() || s.Bit != nil {
 			typ = tagvalue.TypeBool
 		}
 	}
@@ -90,17 +92,17 @@ func parseTag(tg *routes.Tag, devOrder ByteOrder) (*tag, error) {
 		if typ != tagvalue.TypeBool {
 			return nil, fmt.Errorf("%w: tag %q: type %q: a %s holds single bits, want bool", ErrConfig, tg.Name, tg.Type, t.table)
 		}
-		if tg.Bit != nil {
+		if s.Bit != nil {
 			return nil, fmt.Errorf("%w: tag %q: bit applies to holding and input registers, not to a %s", ErrConfig, tg.Name, t.table)
 		}
 		t.count = 1
 	} else {
 		switch typ {
 		case tagvalue.TypeBool:
-			if tg.Bit == nil || *tg.Bit < 0 || *tg.Bit > 15 {
+			if s.Bit == nil || *s.Bit < 0 || *s.Bit > 15 {
 				return nil, fmt.Errorf("%w: tag %q: a bool in a %s register needs bit 0..15", ErrConfig, tg.Name, t.table)
 			}
-			t.bit = *tg.Bit
+			t.bit = *s.Bit
 		case tagvalue.TypeInt16, tagvalue.TypeUint16, tagvalue.TypeInt32, tagvalue.TypeUint32, tagvalue.TypeInt64, tagvalue.TypeUint64, tagvalue.TypeFloat32, tagvalue.TypeFloat64:
 		case tagvalue.TypeString:
 			// length counts registers, two characters each, as the
@@ -112,7 +114,7 @@ func parseTag(tg *routes.Tag, devOrder ByteOrder) (*tag, error) {
 		default:
 			return nil, fmt.Errorf("%w: tag %q: type %q: want one of %s (registers hold no 8-bit types)", ErrConfig, tg.Name, tg.Type, strings.Join(types, ", "))
 		}
-		if tg.Bit != nil && typ != tagvalue.TypeBool {
+		if s.Bit != nil && typ != tagvalue.TypeBool {
 			return nil, fmt.Errorf("%w: tag %q: bit needs type bool, not %q", ErrConfig, tg.Name, typ)
 		}
 		t.count = registers(typ, t.length)
@@ -132,8 +134,9 @@ func parseTag(tg *routes.Tag, devOrder ByteOrder) (*tag, error) {
 	return t, nil
 }
 
-// request is one read covering one or more tags of one table.
+// request is one read covering one or more tags of one table of a unit.
 type request struct {
+	unit  byte
 	table table
 	start uint16
 	count int
@@ -165,7 +168,7 @@ func plan(tags []*tag, merge bool) []request {
 				limit = maxReadBits
 			}
 			end := int(r.start) + r.count
-			if r.table == t.table && int(t.start) <= end {
+			if r.unit == t.unit && r.table == t.table && int(t.start) <= end {
 				newEnd := max(end, int(t.start)+t.count)
 				if newEnd-int(r.start) <= limit {
 					r.count = newEnd - int(r.start)
@@ -174,7 +177,7 @@ func plan(tags []*tag, merge bool) []request {
 				}
 			}
 		}
-		reqs = append(reqs, request{table: t.table, start: t.start, count: t.count, tags: []int{i}})
+		reqs = append(reqs, request{unit: t.unit, table: t.table, start: t.start, count: t.count, tags: []int{i}})
 	}
 	return reqs
 }

@@ -216,8 +216,8 @@ func parseTag(tg *routes.Tag) (*tag, error) {
 		}
 		t.kind = k
 	}
-	if tg.Register != "" || tg.ByteOrder != "" || tg.Bit != nil {
-		return nil, fmt.Errorf("%w: tag %q: register, byte_order and bit apply to Modbus, not to OPC UA", ErrConfig, tg.Name)
+	if tg.Settings != nil {
+		return nil, fmt.Errorf("%w: tag %q: settings %T are another kind's (such as Modbus's register, byte_order and bit), not OPC UA's", ErrConfig, tg.Name, tg.Settings)
 	}
 	if tg.Deadband < 0 {
 		return nil, fmt.Errorf("%w: tag %q: deadband %v must not be negative", ErrConfig, tg.Name, tg.Deadband)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/leasebridge/leasebridge/routes"
 	"github.com/leasebridge/leasebridge/transports"
+	"github.com/leasebridge/leasebridge/transports/modbus"
 	"github.com/leasebridge/leasebridge/transports/s7/s7test"
 	"github.com/leasebridge/leasebridge/transports/transporttest"
 )
@@ -292,7 +293,7 @@ func TestConfigErrors(t *testing.T) {
 		{routes.Tag{Name: "g", Address: "DB1.DBD0", Type: "decimal"}, ErrConfig, "LREAL"},
 		{routes.Tag{Name: "h", Address: "DB1.STRING0.300"}, ErrAddress, "1..254"},
 		{routes.Tag{Name: "i", Address: "DB1.DBB0", Type: "string"}, ErrConfig, "length"},
-		{routes.Tag{Name: "j", Address: "DB1.DBW0", ByteOrder: "DCBA"}, ErrConfig, "big-endian"},
+		{routes.Tag{Name: "j", Address: "DB1.DBW0", Settings: &modbus.TagConfig{ByteOrder: "DCBA"}}, ErrConfig, "big-endian"},
 		{routes.Tag{Name: "k", Address: "M10"}, ErrAddress, "M10.3"},
 	} {
 		_, err := New("dev", &routes.Device{Kind: Kind, Address: "127.0.0.1",

@@ -82,11 +82,8 @@ func parseTag(tg *routes.Tag) (*tag, error) {
 	bad := func(why string) error {
 		return fmt.Errorf("%w: tag %q: address %q: %s", ErrAddress, tg.Name, tg.Address, why)
 	}
-	if tg.Register != "" {
-		return nil, fmt.Errorf("%w: tag %q: register applies to Modbus; an S7 address names its area", ErrConfig, tg.Name)
-	}
-	if tg.ByteOrder != "" {
-		return nil, fmt.Errorf("%w: tag %q: byte_order applies to Modbus; S7 values are big-endian", ErrConfig, tg.Name)
+	if tg.Settings != nil {
+		return nil, fmt.Errorf("%w: tag %q: settings %T are another kind's (such as Modbus's register or byte_order): an S7 address names its area and values are big-endian", ErrConfig, tg.Name, tg.Settings)
 	}
 	addr := strings.ToUpper(strings.ReplaceAll(tg.Address, " ", ""))
 	var width, num, sub string
