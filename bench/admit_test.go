@@ -1,10 +1,14 @@
 package bench
 
 import (
+	"bufio"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +16,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/leasebridge/leasebridge/failover"
+	"github.com/leasebridge/leasebridge/internal/report"
 	"github.com/leasebridge/leasebridge/internal/testbin"
 	"github.com/leasebridge/leasebridge/routes"
 )
@@ -149,41 +154,82 @@ func BenchmarkAdmitLarge(b *testing.B) {
 			record("admit/"+shape+"/process", result{N: b.N, NsPerOp: ns,
 				Metrics: map[string]float64{"worst_ms": float64(worst) / 1e6, "file_kB": float64(st.Size()) / 1024}})
 		})
-		b.Run(shape+"/in-process", func(b *testing.B) {
-			for range b.N {
-				cfg, err := routes.Load(path)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if errs := failover.Preflight(cfg, false); len(errs) > 0 {
-					b.Fatal(errs)
-				}
-				for _, r := range cfg.Admit() {
-					if !r.Admitted() {
-						b.Fatalf("refused: %v", r.Refusals)
-					}
-				}
-			}
-			ns := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
-			b.ReportMetric(ns/1e6, "ms/admit")
-			record("admit/"+shape+"/in-process", result{N: b.N, NsPerOp: ns})
-		})
-		// The floor under the current decoder: yaml.v3 parsing the file
-		// into a node tree, which routes.Parse does first.
-		b.Run(shape+"/yaml-parse-only", func(b *testing.B) {
-			data, err := os.ReadFile(path)
-			if err != nil {
+		b.Run(shape+"/paired", func(b *testing.B) { benchPaired(b, path, "admit/"+shape+"/paired") })
+	}
+}
+
+// benchPaired times, alternately in one loop, yaml.v3 parsing the file
+// into a node tree (the floor under routes.Parse, which does it first) and
+// what `leasebridge admit` does in process after reading the file. Load on
+// a shared machine then hits both alike, and each pair gives admit's own
+// work (in process minus parse) and its ratio to the parse, in the
+// process's CPU time (user + system, garbage collection included: the
+// work) and in wall time (which adds the waits for a core other processes
+// hold). Each timing starts from a collected heap, as a fresh process does.
+func benchPaired(b *testing.B, path, name string) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var parse, own, ratio, wallParse, wallOwn, wallRatio []float64
+	for range b.N {
+		pc, pw := timed(func() {
+			var n yaml.Node
+			if err := yaml.Unmarshal(data, &n); err != nil {
 				b.Fatal(err)
 			}
-			for range b.N {
-				var n yaml.Node
-				if err := yaml.Unmarshal(data, &n); err != nil {
-					b.Fatal(err)
-				}
-			}
-			ns := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
-			b.ReportMetric(ns/1e6, "ms/parse")
-			record("admit/"+shape+"/yaml-parse-only", result{N: b.N, NsPerOp: ns})
 		})
+		ac, aw := timed(func() { admitInProcess(b, path) })
+		parse, own, ratio = append(parse, pc), append(own, ac-pc), append(ratio, (ac-pc)/pc)
+		wallParse, wallOwn, wallRatio = append(wallParse, pw), append(wallOwn, aw-pw), append(wallRatio, (aw-pw)/pw)
+	}
+	m := map[string]float64{
+		"parse_cpu_ms": median(parse) / 1e6, "own_cpu_ms": median(own) / 1e6, "own_per_parse_cpu": median(ratio),
+		"parse_wall_ms": median(wallParse) / 1e6, "own_wall_ms": median(wallOwn) / 1e6, "own_per_parse_wall": median(wallRatio),
+	}
+	b.ReportMetric(m["parse_cpu_ms"], "cpu-ms/parse")
+	b.ReportMetric(m["own_cpu_ms"], "cpu-ms/own")
+	b.ReportMetric(m["own_per_parse_cpu"], "cpu-own/parse")
+	b.ReportMetric(m["own_per_parse_wall"], "wall-own/parse")
+	record(name, result{N: b.N, NsPerOp: float64(b.Elapsed().Nanoseconds()) / float64(b.N), Metrics: m})
+}
+
+// timed runs f after a garbage collection and returns the process's CPU
+// time and the wall time it took, in ns.
+func timed(f func()) (cpu, wall float64) {
+	runtime.GC()
+	c, start := cpuTime(), time.Now()
+	f()
+	return float64(cpuTime() - c), float64(time.Since(start))
+}
+
+// median is the median of vs (the upper one of an even count); vs is
+// sorted in place.
+func median(vs []float64) float64 {
+	sort.Float64s(vs)
+	return vs[len(vs)/2]
+}
+
+// admitInProcess is what `leasebridge admit -c path` does between start
+// and exit (cmd/leasebridge admit.go): load and validate the file, build
+// every transport without opening it (failover.Preflight), admit every
+// session and print the text report, here to io.Discard.
+func admitInProcess(tb testing.TB, path string) {
+	cfg, err := routes.Load(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if errs := failover.Preflight(cfg, false); len(errs) > 0 {
+		tb.Fatal(errs)
+	}
+	sessions := cfg.Sessions()
+	reports := routes.AdmitSessions(sessions)
+	if doc := report.FromReports(cfg, sessions, reports); !doc.Admitted {
+		tb.Fatalf("refused: %+v", doc.Sessions)
+	}
+	out := bufio.NewWriter(io.Discard)
+	report.WriteText(out, cfg, sessions, reports)
+	if err := out.Flush(); err != nil {
+		tb.Fatal(err)
 	}
 }

@@ -129,6 +129,9 @@ func WriteJSON(w io.Writer, a Admission) error {
 func WriteText(w io.Writer, cfg *routes.Config, sessions []routes.Session, reports []admission.Report) {
 	fs := admission.FormatSeconds
 	admitted := 0
+	// One tabwriter for every aligned block: Init keeps its buffers, where
+	// a writer per block (thousands in a large file) allocates them anew.
+	tw := new(tabwriter.Writer)
 	fmt.Fprintf(w, "%s: deployment_mode %s, %d session(s)\n", cfg.File, cfg.DeploymentMode, len(reports))
 	for i, r := range reports {
 		verdict := "REFUSED"
@@ -143,23 +146,23 @@ func WriteText(w io.Writer, cfg *routes.Config, sessions []routes.Session, repor
 		if len(r.OwnerDeath.Terms) == 0 {
 			continue
 		}
-		WriteTiming(w, "  ", r.Timing)
+		writeTiming(tw, w, "  ", r.Timing)
 		slo := "no failover_slo declared"
 		if r.FailoverSLO != nil {
 			slo = "failover_slo " + fs(*r.FailoverSLO)
 		}
 		fmt.Fprintf(w, "  %s\n", slo)
-		writeBudget(w, "owner-death budget", r.OwnerDeath)
+		writeBudget(tw, w, "owner-death budget", r.OwnerDeath)
 		switch {
 		case r.BrokerPath != nil:
-			writeBudget(w, "broker-path budget", *r.BrokerPath)
+			writeBudget(tw, w, "broker-path budget", *r.BrokerPath)
 		case r.BrokerPathFailover == "off":
 			fmt.Fprintf(w, "  broker_path_failover: off (broker_health_step_down: off; the objective covers owner death alone)\n")
 		default:
 			fmt.Fprintf(w, "  broker_path_failover: undecided (broker_health_step_down omitted)\n")
 		}
 		if r.DevicePath != nil {
-			writeBudget(w, "device-path budget", *r.DevicePath)
+			writeBudget(tw, w, "device-path budget", *r.DevicePath)
 			fmt.Fprintf(w, "  device_path_cooldown: %s (a node that released the session for its device path does not compete for it this long)\n", fs(r.DevicePathCooldown))
 		} else {
 			fmt.Fprintf(w, "  device_path_failover: off (device_path_step_down: off; an unreachable device keeps its owner, which publishes the outage)\n")
@@ -172,7 +175,11 @@ func WriteText(w io.Writer, cfg *routes.Config, sessions []routes.Session, repor
 
 // WriteTiming prints a resolved cadence, one value per line with its origin.
 func WriteTiming(w io.Writer, indent string, t admission.Timing) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	writeTiming(new(tabwriter.Writer), w, indent, t)
+}
+
+func writeTiming(tw *tabwriter.Writer, w io.Writer, indent string, t admission.Timing) {
+	tw.Init(w, 0, 0, 2, ' ', 0)
 	fs := admission.FormatSeconds
 	for _, row := range []struct {
 		key string
@@ -191,12 +198,11 @@ func WriteTiming(w io.Writer, indent string, t admission.Timing) {
 	tw.Flush()
 }
 
-func writeBudget(w io.Writer, title string, b admission.Budget) {
+func writeBudget(tw *tabwriter.Writer, w io.Writer, title string, b admission.Budget) {
 	fs := admission.FormatSeconds
 	fmt.Fprintf(w, "  %s: %s\n", title, fs(b.Total))
-	terms := append([]admission.Term(nil), b.Terms...)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	for _, t := range terms {
+	tw.Init(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	for _, t := range b.Terms {
 		pct := 0.0
 		if b.Total > 0 {
 			pct = float64(t.Value) * 100 / float64(b.Total)
@@ -251,7 +257,7 @@ func WriteProfile(w io.Writer, p Profile) {
 		fs(routes.DefaultMQTTConnectTimeout), fs(routes.DefaultMQTTReconcileTimeout), fs(routes.DefaultMQTTUnmatchedGrace), fs(p.Activation))
 	WriteTiming(w, "  ", p.Timing)
 	fmt.Fprintln(w)
-	writeBudget(w, "owner-death budget", p.OwnerDeath)
+	writeBudget(new(tabwriter.Writer), w, "owner-death budget", p.OwnerDeath)
 	fmt.Fprintf(w, "  broker-path budget: broker_health_step_down + %s\n", fs(p.BrokerPathBase))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	for _, t := range p.BrokerPath.Terms {
