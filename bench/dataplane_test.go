@@ -229,7 +229,7 @@ func BenchmarkDataPlane(b *testing.B) {
 				ns := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
 				b.ReportMetric(1e9/ns, "polls/s")
 				b.ReportMetric(1e9/ns*dataTags, "msgs/s")
-				record("dataplane/"+name, result{N: b.N, NsPerOp: ns, Wall: el, Metrics: map[string]float64{"polls/s": 1e9 / ns}})
+				record(b, "dataplane/"+name, result{N: b.N, NsPerOp: ns, Wall: el, Metrics: map[string]float64{"polls/s": 1e9 / ns}})
 			})
 		}
 	}
