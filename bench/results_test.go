@@ -23,7 +23,6 @@ import (
 type result struct {
 	N       int
 	NsPerOp float64
-	Wall    time.Duration
 	Metrics map[string]float64
 	// Func is the benchmark function that measured it, such as
 	// BenchmarkAdmitLarge; Run is the run: date, Go version, platform and
@@ -67,20 +66,14 @@ func record(b *testing.B, name string, r result) {
 	rs[len(rs)-1] = r
 }
 
-// median is the result whose NsPerOp (or, when zero, first metric
-// sorted by name) is the median of the repetitions; n is their number.
+// median is the repetition of name whose NsPerOp is the median; n is
+// the number of repetitions.
 func (s resultSet) median(name string) (result, int, bool) {
 	rs := append([]result(nil), s[name]...)
 	if len(rs) == 0 {
 		return result{}, 0, false
 	}
-	key := func(r result) float64 {
-		if r.NsPerOp != 0 {
-			return r.NsPerOp
-		}
-		return r.Wall.Seconds()
-	}
-	sort.Slice(rs, func(i, j int) bool { return key(rs[i]) < key(rs[j]) })
+	sort.Slice(rs, func(i, j int) bool { return rs[i].NsPerOp < rs[j].NsPerOp })
 	return rs[len(rs)/2], len(rs), true
 }
 
