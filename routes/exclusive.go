@@ -50,13 +50,14 @@ func (c *Config) exclusive() map[string][]string {
 		}
 	}
 	devices, brokers := firstUses{}, firstUses{}
+	hosts := map[string]string{}
 	for i, r := range c.Routes {
 		u := use{session: r.Session, route: r, index: i}
 		if d := c.Devices[r.Device]; d != nil && (r.Kind == RoutePoll || r.Kind == RouteWrite) {
 			devices.add(r.Device, u)
 		}
 		for _, b := range []string{r.Broker, r.Remote} {
-			if key, ok := c.brokerEndpoint(b, r.Session); ok && (b == r.Broker || r.Kind == RouteBridge) {
+			if key, ok := c.brokerEndpoint(b, r.Session, hosts); ok && (b == r.Broker || r.Kind == RouteBridge) {
 				brokers.add(key, u)
 			}
 		}
@@ -105,22 +106,26 @@ func (c *Config) exclusive() map[string][]string {
 // brokerEndpoint is the exclusive endpoint a session's connection to a
 // broker occupies: the broker's host:port and the client id it resolves
 // to for that session. Its listeners share one client-id space, so the
-// scheme is left out.
-func (c *Config) brokerEndpoint(name, session string) (string, bool) {
+// scheme is left out. hosts keeps each broker's host:port ("" when its URL
+// has none), which every route naming the broker needs.
+func (c *Config) brokerEndpoint(name, session string, hosts map[string]string) (string, bool) {
 	b := c.Brokers[name]
 	if b == nil {
 		return "", false
 	}
-	u, err := url.Parse(b.URL)
-	if err != nil {
+	hp, ok := hosts[name]
+	if !ok {
+		if u, err := url.Parse(b.URL); err == nil {
+			if host, port, _, err := HostPort(u.Host, ""); err == nil {
+				hp = net.JoinHostPort(host, port)
+			}
+		}
+		hosts[name] = hp
+	}
+	if hp == "" {
 		return "", false
 	}
-	host, port, _, err := HostPort(u.Host, "")
-	if err != nil {
-		return "", false
-	}
-	id := ClientID(b.ClientID, session, c.Node)
-	return fmt.Sprintf("%s with client id %q", net.JoinHostPort(host, port), id), true
+	return fmt.Sprintf("%s with client id %q", hp, ClientID(b.ClientID, session, c.Node)), true
 }
 
 // ClientID fills a broker's client_id template, {session} with the
