@@ -78,5 +78,5 @@ func idleLeaseManagers(b *testing.B, n int, name string) {
 	gs := float64(runtime.NumGoroutine() - g0)
 	b.ReportMetric(cpu, "cpu_idle_pct")
 	b.ReportMetric(gs, "goroutines")
-	record(name, result{N: 1, Metrics: map[string]float64{"cpu_idle_pct": cpu, "goroutines": gs}})
+	record(b, name, result{N: 1, Metrics: map[string]float64{"cpu_idle_pct": cpu, "goroutines": gs}})
 }

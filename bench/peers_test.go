@@ -3,7 +3,8 @@
 // goburrow + paho loop on the same peers, `leasebridge admit` on a
 // generated 1,000-route / 200-session configuration, and one process
 // holding 1,000 sessions. With LEASEBRIDGE_WRITE_DOCS=1 a benchmark run
-// rewrites docs/benchmarks.md from the measured results:
+// merges its results into docs/benchmarks.md's raw results (replacing
+// those of the benchmark functions it ran) and renders the page from them:
 //
 //	LEASEBRIDGE_WRITE_DOCS=1 go test -run '^$' -bench . -benchtime 2s -count 3 -timeout 30m ./bench/
 package bench

@@ -2,10 +2,14 @@ package bench
 
 import (
 	"fmt"
+	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -19,22 +23,39 @@ import (
 type result struct {
 	N       int
 	NsPerOp float64
-	Wall    time.Duration
 	Metrics map[string]float64
+	// Func is the benchmark function that measured it, such as
+	// BenchmarkAdmitLarge; Run is the run: date, Go version, platform and
+	// CPUs.
+	Func, Run string
 }
+
+// resultSet holds, per benchmark, the final measurement of each
+// repetition (-count): a benchmark function's last call has the largest
+// b.N.
+type resultSet map[string][]result
 
 var (
 	resultsMu sync.Mutex
-	// runs holds, per benchmark, the final measurement of each repetition
-	// (-count): a benchmark function's last call has the largest b.N.
-	runs = map[string][]result{}
+	runs      = resultSet{}
+	// thisRun names the current run in the results it records.
+	thisRun = fmt.Sprintf("%s %s %s/%s %d CPUs", time.Now().UTC().Format("2006-01-02 15:04 UTC"), runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU())
 )
 
 // record keeps r as the current repetition's result of name. Every call
 // of a benchmark function with b.N == 1 starts a new repetition (the
 // testing package starts each -count repetition with b.N = 1), except for
 // the benchmarks that run once whatever b.N is, where every call is one.
-func record(name string, r result) {
+// Its numbers are kept as the page prints them (ns/op whole, metrics to 4
+// significant digits), so the page can be rendered again from its raw
+// results.
+func record(b *testing.B, name string, r result) {
+	r.Func, _, _ = strings.Cut(b.Name(), "/")
+	r.Run = thisRun
+	r.NsPerOp = math.Round(r.NsPerOp)
+	for k, v := range r.Metrics {
+		r.Metrics[k], _ = strconv.ParseFloat(strconv.FormatFloat(v, 'g', 4, 64), 64)
+	}
 	resultsMu.Lock()
 	defer resultsMu.Unlock()
 	rs := runs[name]
@@ -45,20 +66,25 @@ func record(name string, r result) {
 	rs[len(rs)-1] = r
 }
 
-// medianResult is the result whose NsPerOp (or, when zero, first metric
-// sorted by name) is the median of the repetitions; n is their number.
-func medianResult(name string) (result, int, bool) {
-	rs := append([]result(nil), runs[name]...)
+// median is the repetition of name whose NsPerOp is the median; n is
+// the number of repetitions.
+func (s resultSet) median(name string) (result, int, bool) {
+	rs := append([]result(nil), s[name]...)
 	if len(rs) == 0 {
 		return result{}, 0, false
 	}
-	key := func(r result) float64 {
-		if r.NsPerOp != 0 {
-			return r.NsPerOp
-		}
-		return r.Wall.Seconds()
+	sort.Slice(rs, func(i, j int) bool { return rs[i].NsPerOp < rs[j].NsPerOp })
+	return rs[len(rs)/2], len(rs), true
+}
+
+// medianBy is the repetition of name whose metric is the median; n is
+// the number of repetitions.
+func (s resultSet) medianBy(name, metric string) (result, int, bool) {
+	rs := append([]result(nil), s[name]...)
+	if len(rs) == 0 {
+		return result{}, 0, false
 	}
-	sort.Slice(rs, func(i, j int) bool { return key(rs[i]) < key(rs[j]) })
+	sort.Slice(rs, func(i, j int) bool { return rs[i].Metrics[metric] < rs[j].Metrics[metric] })
 	return rs[len(rs)/2], len(rs), true
 }
 
@@ -75,28 +101,117 @@ func TestMain(m *testing.M) {
 	resultsMu.Lock()
 	n := len(runs)
 	resultsMu.Unlock()
-	if n > 0 {
-		path := filepath.Join(os.TempDir(), fmt.Sprintf("benchmarks-%d.md", os.Getpid()))
-		if os.Getenv("LEASEBRIDGE_WRITE_DOCS") == "1" {
-			path = filepath.Join("..", "docs", "benchmarks.md")
-		}
-		if err := os.WriteFile(path, []byte(benchMarkdown()), 0o644); err != nil {
-			fmt.Fprintf(os.Stderr, "bench: write %s: %v\n", path, err)
+	// With LEASEBRIDGE_WRITE_DOCS=1 and no benchmark run, the page is
+	// rendered again from its raw results alone.
+	if n > 0 || os.Getenv("LEASEBRIDGE_WRITE_DOCS") == "1" {
+		if err := writePage(); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 			code = 1
-		} else {
-			fmt.Fprintf(os.Stderr, "bench: results written to %s\n", path)
 		}
 	}
 	os.Exit(code)
 }
 
+// pagePath is the benchmarks page, relative to this package.
+var pagePath = filepath.Join("..", "docs", "benchmarks.md")
+
+// writePage merges this run's results into the page's (mergeResults) and
+// writes the page: to docs/benchmarks.md with LEASEBRIDGE_WRITE_DOCS=1,
+// else to a temporary file whose path it prints.
+func writePage() error {
+	page, err := os.ReadFile(pagePath)
+	if err != nil {
+		return err
+	}
+	old, err := parseRawResults(string(page))
+	if err != nil {
+		return fmt.Errorf("%s: %w", pagePath, err)
+	}
+	resultsMu.Lock()
+	merged := mergeResults(old, runs)
+	resultsMu.Unlock()
+	path := filepath.Join(os.TempDir(), fmt.Sprintf("benchmarks-%d.md", os.Getpid()))
+	if os.Getenv("LEASEBRIDGE_WRITE_DOCS") == "1" {
+		path = pagePath
+	}
+	if err := os.WriteFile(path, []byte(benchMarkdown(merged)), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "bench: results written to %s\n", path)
+	return nil
+}
+
+// mergeResults is fresh plus every result of old whose benchmark function
+// did not run in fresh: a run of some benchmarks replaces their rows (also
+// rows of names they no longer record) and keeps the others.
+func mergeResults(old, fresh resultSet) resultSet {
+	ran := map[string]bool{}
+	out := resultSet{}
+	for name, rs := range fresh {
+		out[name] = rs
+		for _, r := range rs {
+			ran[r.Func] = true
+		}
+	}
+	for name, rs := range old {
+		for _, r := range rs {
+			if !ran[r.Func] {
+				out[name] = append(out[name], r)
+			}
+		}
+	}
+	return out
+}
+
+// rawHeader starts the page's raw results table, which parseRawResults
+// reads back.
+const rawHeader = "| benchmark | rep | b.N | ns/op | metrics | function | run |"
+
+// parseRawResults reads the raw results table of a page benchMarkdown
+// wrote: every repetition of every benchmark.
+func parseRawResults(page string) (resultSet, error) {
+	_, table, ok := strings.Cut(page, rawHeader+"\n|---|---|---|---|---|---|---|\n")
+	if !ok {
+		return nil, fmt.Errorf("no raw results table (%s)", rawHeader)
+	}
+	out := resultSet{}
+	for line := range strings.Lines(table) {
+		if !strings.HasPrefix(line, "|") {
+			break
+		}
+		cells := strings.Split(strings.TrimSpace(line), "|")
+		if len(cells) != 9 {
+			return nil, fmt.Errorf("raw result %q: want 7 cells", line)
+		}
+		for i := range cells {
+			cells[i] = strings.TrimSpace(cells[i])
+		}
+		r := result{Metrics: map[string]float64{}, Func: cells[6], Run: cells[7]}
+		var err error
+		if r.N, err = strconv.Atoi(cells[3]); err != nil {
+			return nil, fmt.Errorf("raw result %q: b.N: %w", line, err)
+		}
+		if r.NsPerOp, err = strconv.ParseFloat(cells[4], 64); err != nil {
+			return nil, fmt.Errorf("raw result %q: ns/op: %w", line, err)
+		}
+		for _, kv := range strings.Fields(cells[5]) {
+			k, v, _ := strings.Cut(kv, "=")
+			if r.Metrics[k], err = strconv.ParseFloat(v, 64); err != nil {
+				return nil, fmt.Errorf("raw result %q: metric %s: %w", line, k, err)
+			}
+		}
+		out[cells[1]] = append(out[cells[1]], r)
+	}
+	return out, nil
+}
+
 // reproduce is the command that regenerates docs/benchmarks.md.
 const reproduce = "LEASEBRIDGE_WRITE_DOCS=1 go test -run '^$' -bench . -benchtime 2s -count 3 -timeout 30m ./bench/"
 
-// medianMetrics is, per metric, the median over the repetitions of name;
-// n is their number.
-func medianMetrics(name string) (map[string]float64, int) {
-	rs := runs[name]
+// metrics is, per metric, the median over the repetitions of name; n is
+// their number.
+func (s resultSet) metrics(name string) (map[string]float64, int) {
+	rs := s[name]
 	out := map[string]float64{}
 	if len(rs) == 0 {
 		return out, 0
@@ -115,30 +230,38 @@ func medianMetrics(name string) (map[string]float64, int) {
 func ms(ns float64) string { return fmt.Sprintf("%.3f ms", ns/1e6) }
 func us(ns float64) string { return fmt.Sprintf("%.1f µs", ns/1e3) }
 
-func benchMarkdown() string {
-	resultsMu.Lock()
-	defer resultsMu.Unlock()
+// benchMarkdown renders the page from rs alone, so that the page can be
+// rendered again from its raw results (TestBenchmarksPageUpToDate).
+func benchMarkdown(rs resultSet) string {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	w("<!-- Generated by `%s` from measured data. Do not edit. -->\n", reproduce)
 	w("# Benchmarks\n\n")
 	w("Each benchmark runs its baseline in the same `go test -bench` run, against the same peers.\n")
-	w("Numbers are from one run on a %d-CPU machine shared with other test runs (%s, %s/%s), on %s;\n",
-		runtime.NumCPU(), runtime.Version(), runtime.GOOS, runtime.GOARCH, time.Now().UTC().Format("2006-01-02"))
-	w("each figure is the median of the run's repetitions (`-count`), and single repetitions differ by\n")
-	w("tens of percent on this shared machine. Reproduce (writes this page):\n\n")
+	w("Numbers are from runs on machines shared with other test runs; each figure is the median of its\n")
+	w("run's repetitions (`-count`), and single repetitions differ by tens of percent on such a machine.\n")
+	w("The runs (the raw results at the end name each row's):\n\n")
+	for _, run := range runsOf(rs) {
+		w("- %s: %s\n", run.name, strings.Join(run.funcs, ", "))
+	}
+	w("\nReproduce (writes this page):\n\n")
 	w("```sh\n%s\n```\n\n", reproduce)
-	w("Without `LEASEBRIDGE_WRITE_DOCS=1` the page is written to a temporary file whose path the run prints.\n")
-	w("`go test ./...` runs only `TestLargeConfigAdmitted` from this package, which checks that the\n")
-	w("generated configuration is what the benchmark claims and is admitted.\n\n")
+	w("A run replaces the rows of the benchmark functions it ran and keeps the page's other rows, so\n")
+	w("one section can be measured again alone, such as `LEASEBRIDGE_WRITE_DOCS=1 go test -run '^$'\n")
+	w("-bench AdmitLarge -benchtime 2s -count 3 ./bench/`. Without `LEASEBRIDGE_WRITE_DOCS=1` the page\n")
+	w("is written to a temporary file whose path the run prints; `LEASEBRIDGE_WRITE_DOCS=1 go test -run\n")
+	w("'^$' ./bench/` renders the page again from its raw results without measuring. `go test ./...`\n")
+	w("runs two tests of this package: `TestLargeConfigAdmitted` checks that the generated configuration\n")
+	w("is what the benchmark claims and is admitted, and `TestBenchmarksPageUpToDate` renders this page\n")
+	w("again from its raw results and fails when the page was edited by hand.\n\n")
 
-	names := make([]string, 0, len(runs))
-	for k := range runs {
+	names := make([]string, 0, len(rs))
+	for k := range rs {
 		names = append(names, k)
 	}
 	sort.Strings(names)
 
-	if _, _, ok := medianResult("dataplane/qos0/raw"); ok {
+	if _, _, ok := rs.median("dataplane/qos0/raw"); ok {
 		w("## Data plane: Modbus poll -> MQTT publish\n\n")
 		w("`BenchmarkDataPlane` (`bench/dataplane_test.go`). One operation is one poll of an %d-tag\n", dataTags)
 		w("holding-register group (one Modbus read request, checked by the server's request counter) and\n")
@@ -149,16 +272,16 @@ func benchMarkdown() string {
 		w("- **leasebridge**: `transports/modbus` `Poll` under an owner guard (the fence check before every\n")
 		w("  request) + `transports/mqtt` `PublishValue` (epoch stamped) on each tag's topic, filled once\n")
 		w("  from the route template, as `failover`'s poller does (`poller.topic`).\n\n")
-		w("| QoS | loop | per poll (median of %d) | added latency per poll | polls/s | throughput vs raw | goal >= 90 %% |\n", len(runs["dataplane/qos0/raw"]))
+		w("| QoS | loop | per poll (median of %d) | added latency per poll | polls/s | throughput vs raw | goal >= 90 %% |\n", len(rs["dataplane/qos0/raw"]))
 		w("|---|---|---|---|---|---|---|\n")
 		for _, q := range []string{"qos0", "qos1"} {
-			raw, _, ok := medianResult("dataplane/" + q + "/raw")
+			raw, _, ok := rs.median("dataplane/" + q + "/raw")
 			if !ok {
 				continue
 			}
 			w("| %s | raw | %s | - | %.0f | 100 %% | |\n", strings.TrimPrefix(q, "qos"), us(raw.NsPerOp), 1e9/raw.NsPerOp)
 			for _, impl := range []struct{ key, label string }{{"leasebridge", "leasebridge"}} {
-				lb, _, ok := medianResult("dataplane/" + q + "/" + impl.key)
+				lb, _, ok := rs.median("dataplane/" + q + "/" + impl.key)
 				if !ok {
 					continue
 				}
@@ -174,47 +297,9 @@ func benchMarkdown() string {
 		w("\n")
 	}
 
-	if _, _, ok := medianResult(fmt.Sprintf("admit/tags=%d/process", largeSessions*largeRoutesPerSesson)); ok {
-		w("## `leasebridge admit` on a large configuration\n\n")
-		w("`BenchmarkAdmitLarge` (`bench/admit_test.go`) generates %d sessions, each a Modbus device with\n", largeSessions)
-		w("%d poll groups published by %d routes (%d routes), with 1 or 4 tags per group, and times\n",
-			largeRoutesPerSesson, largeRoutesPerSesson, largeSessions*largeRoutesPerSesson)
-		w("`leasebridge admit -c FILE` as a whole process (fork, exec, decode, admit, print, exit), then\n")
-		w("`routes.Load` + `failover.Preflight` + `Admit` in process, and `yaml.v3` parsing the file alone, which `routes.Parse` does\n")
-		w("first: the floor under the current decoder.\n\n")
-		w("| configuration | file | whole process (mean of b.N, median of reps) | worst single run | in process | yaml.v3 parse only | goal < 50 ms |\n")
-		w("|---|---|---|---|---|---|---|\n")
-		for _, tags := range tagShapes {
-			shape := fmt.Sprintf("admit/tags=%d", largeSessions*largeRoutesPerSesson*tags)
-			p, _, ok := medianResult(shape + "/process")
-			if !ok {
-				continue
-			}
-			ip, _, _ := medianResult(shape + "/in-process")
-			y, _, _ := medianResult(shape + "/yaml-parse-only")
-			met := "met"
-			if p.NsPerOp >= 50e6 {
-				met = "not met"
-			}
-			w("| %d routes, %d tags | %.0f kB | %s | %s | %s | %s | %s |\n", largeSessions*largeRoutesPerSesson, largeSessions*largeRoutesPerSesson*tags,
-				p.Metrics["file_kB"], ms(p.NsPerOp), ms(p.Metrics["worst_ms"]*1e6), ms(ip.NsPerOp), ms(y.NsPerOp), met)
-		}
-		w("\n")
-		start, _, _ := medianResult("admit/start-only")
-		y, _, _ := medianResult(fmt.Sprintf("admit/tags=%d/yaml-parse-only", largeSessions*largeRoutesPerSesson))
-		w("The floor: `leasebridge help` as a whole process (fork, exec and the package initialisation of\n")
-		w("the binary, which links the etcd server, gRPC, Prometheus, paho and the device protocols for\n")
-		w("`run` and `demo`) takes %s, and `yaml.v3` alone parses the 1,000-tag file in %s: %s before\n",
-			ms(start.NsPerOp), ms(y.NsPerOp), ms(start.NsPerOp+y.NsPerOp))
-		w("leasebridge's own decoding, validation, admission and report (the rest of the in-process time).\n")
-		if start.NsPerOp+y.NsPerOp >= 50e6 {
-			w("While the configuration is read with `yaml.v3`, the 50 ms goal is out of reach on this machine.\n\n")
-		} else {
-			w("The floor leaves %s of the 50 ms goal to leasebridge's own work.\n\n", ms(50e6-start.NsPerOp-y.NsPerOp))
-		}
-	}
+	admitSection(rs, w)
 
-	if m, n := medianMetrics("sessions/1000"); n > 0 {
+	if m, n := rs.metrics("sessions/1000"); n > 0 {
 		w("## One process holding 1,000 sessions\n\n")
 		w("`BenchmarkThousandSessions` (`bench/sessions_test.go`) runs one `leasebridge run` process with\n")
 		w("%.0f sessions on the clustered profile (lease_ttl 45s, renew_interval %.0fs, jitter 1s), each a\n", m["sessions"], m["renew_interval_s"])
@@ -236,7 +321,7 @@ func benchMarkdown() string {
 		w("| etcd Txn per renew round | %.0f (%.2f per session) | |\n", m["txn_per_round"], m["txn_per_round"]/m["sessions"])
 		w("| etcd Range per renew round | %.0f | |\n", m["range_per_round"])
 		w("| etcd KV requests per second | %.1f | |\n", m["etcd_reqs_per_second"])
-		if lm, n := medianMetrics("sessions/1000-lease-managers-only"); n > 0 {
+		if lm, n := rs.metrics("sessions/1000-lease-managers-only"); n > 0 {
 			met := "< 1 %: met"
 			if lm["cpu_idle_pct"] >= 1 {
 				met = "< 1 %: not met"
@@ -244,11 +329,11 @@ func benchMarkdown() string {
 			w("| CPU at idle of 1,000 `lease.Manager`s alone (in-memory store, `BenchmarkIdleLeaseManagers`) | %.2f %% (%.0f goroutines) | %s |\n",
 				lm["cpu_idle_pct"], lm["goroutines"], met)
 		}
-		if lm, n := medianMetrics("sessions/10-lease-managers-only"); n > 0 {
+		if lm, n := rs.metrics("sessions/10-lease-managers-only"); n > 0 {
 			w("| baseline in the same run: CPU at idle of 10 `lease.Manager`s alone | %.2f %% (%.0f goroutines) | |\n",
 				lm["cpu_idle_pct"], lm["goroutines"])
 		}
-		if base, n := medianMetrics("sessions/1000-gogc100"); n > 0 {
+		if base, n := rs.metrics("sessions/1000-gogc100"); n > 0 {
 			w("| baseline in the same run: RSS at idle / peak with Go's default `GOGC=100` | %.1f MB / %.1f MB | |\n", base["rss_MB"], base["peak_rss_MB"])
 			w("| baseline: CPU at idle with `GOGC=100` | %.2f %% | |\n", base["cpu_idle_pct"])
 		}
@@ -268,11 +353,11 @@ func benchMarkdown() string {
 		w("stay resident for that growth; the baseline row is the same process at `GOGC=100`.\n\n")
 	}
 
-	scaleSection(w)
+	scaleSection(rs, w)
 
-	w("## Raw results\n\nEvery repetition's final measurement.\n\n| benchmark | rep | b.N | ns/op | metrics |\n|---|---|---|---|---|\n")
+	w("## Raw results\n\nEvery repetition's final measurement.\n\n%s\n|---|---|---|---|---|---|---|\n", rawHeader)
 	for _, n := range names {
-		for i, r := range runs[n] {
+		for i, r := range rs[n] {
 			var ks []string
 			for k := range r.Metrics {
 				ks = append(ks, k)
@@ -282,16 +367,16 @@ func benchMarkdown() string {
 			for _, k := range ks {
 				parts = append(parts, fmt.Sprintf("%s=%.4g", k, r.Metrics[k]))
 			}
-			w("| %s | %d | %d | %.0f | %s |\n", n, i+1, r.N, r.NsPerOp, strings.Join(parts, " "))
+			w("| %s | %d | %d | %.0f | %s | %s | %s |\n", n, i+1, r.N, r.NsPerOp, strings.Join(parts, " "), r.Func, r.Run)
 		}
 	}
 	return b.String()
 }
 
 // scaleSection writes BenchmarkStandbyScale's results, if it ran.
-func scaleSection(w func(string, ...any)) {
-	bulk, n := medianMetrics("scale/3x1000/bulk")
-	single, _ := medianMetrics("scale/3x1000/single")
+func scaleSection(rs resultSet, w func(string, ...any)) {
+	bulk, n := rs.metrics("scale/3x1000/bulk")
+	single, _ := rs.metrics("scale/3x1000/single")
 	if n == 0 {
 		return
 	}
@@ -319,4 +404,49 @@ func scaleSection(w func(string, ...any)) {
 	w("| CPU of the owner node (1,000 renews per renew_interval) | %.2f %% | %.2f %% | |\n\n", bulk["owner_cpu_pct"], single["owner_cpu_pct"])
 	w("Reproduce this section alone (written to a temporary file whose path the run prints):\n\n")
 	w("```sh\ngo test -run '^$' -bench 'StandbyScale|IdleLeaseManagers' -benchtime 1x -count 3 -timeout 30m ./bench/\n```\n\n")
+}
+
+// pageRun is one run of the page's results and the benchmark functions
+// it measured.
+type pageRun struct {
+	name  string
+	funcs []string
+}
+
+// runsOf lists the runs of rs in order, each with its functions sorted.
+func runsOf(rs resultSet) []pageRun {
+	funcs := map[string]map[string]bool{}
+	for _, list := range rs {
+		for _, r := range list {
+			if funcs[r.Run] == nil {
+				funcs[r.Run] = map[string]bool{}
+			}
+			funcs[r.Run]["`"+r.Func+"`"] = true
+		}
+	}
+	var out []pageRun
+	for _, run := range slices.Sorted(maps.Keys(funcs)) {
+		out = append(out, pageRun{run, slices.Sorted(maps.Keys(funcs[run]))})
+	}
+	return out
+}
+
+// The page is what benchMarkdown renders from the page's own raw results:
+// a number edited by hand, or a section whose rendering changed without a
+// run, fails.
+func TestBenchmarksPageUpToDate(t *testing.T) {
+	page, err := os.ReadFile(pagePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := parseRawResults(string(page))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) == 0 {
+		t.Fatalf("%s has no raw results", pagePath)
+	}
+	if got := benchMarkdown(rs); got != string(page) {
+		t.Errorf("%s is not what its raw results render: render it again with `LEASEBRIDGE_WRITE_DOCS=1 go test -run '^$' ./bench/`, or measure again (%s)", pagePath, reproduce)
+	}
 }

@@ -228,7 +228,7 @@ func standbyScale(b *testing.B, endpoint, mode string) {
 	for k, v := range m {
 		b.ReportMetric(v, k)
 	}
-	record("scale/3x1000/"+mode, result{N: 1, Metrics: m})
+	record(b, "scale/3x1000/"+mode, result{N: 1, Metrics: m})
 }
 
 func waitOwners(tb testing.TB, n *benchNode, want int64) {

@@ -284,5 +284,5 @@ func thousandSessions(b *testing.B, gogc, name string) {
 	for _, k := range []string{"rss_MB", "peak_rss_MB", "cpu_idle_pct", "txn_per_round", "range_per_round"} {
 		b.ReportMetric(m[k], k)
 	}
-	record(name, result{N: 1, Wall: el, Metrics: m})
+	record(b, name, result{N: 1, Metrics: m})
 }

@@ -50,13 +50,14 @@ func (c *Config) exclusive() map[string][]string {
 		}
 	}
 	devices, brokers := firstUses{}, firstUses{}
+	hosts := map[string]string{}
 	for i, r := range c.Routes {
 		u := use{session: r.Session, route: r, index: i}
 		if d := c.Devices[r.Device]; d != nil && (r.Kind == RoutePoll || r.Kind == RouteWrite) {
 			devices.add(r.Device, u)
 		}
 		for _, b := range []string{r.Broker, r.Remote} {
-			if key, ok := c.brokerEndpoint(b, r.Session); ok && (b == r.Broker || r.Kind == RouteBridge) {
+			if key, ok := c.brokerEndpoint(b, r.Session, hosts); ok && (b == r.Broker || r.Kind == RouteBridge) {
 				brokers.add(key, u)
 			}
 		}
@@ -105,27 +106,56 @@ func (c *Config) exclusive() map[string][]string {
 // brokerEndpoint is the exclusive endpoint a session's connection to a
 // broker occupies: the broker's host:port and the client id it resolves
 // to for that session. Its listeners share one client-id space, so the
-// scheme is left out.
-func (c *Config) brokerEndpoint(name, session string) (string, bool) {
+// scheme is left out. hosts keeps each broker's host:port ("" when its URL
+// has none), which every route naming the broker needs.
+func (c *Config) brokerEndpoint(name, session string, hosts map[string]string) (string, bool) {
 	b := c.Brokers[name]
 	if b == nil {
 		return "", false
 	}
-	u, err := url.Parse(b.URL)
-	if err != nil {
+	hp, ok := hosts[name]
+	if !ok {
+		if u, err := url.Parse(b.URL); err == nil {
+			if host, port, _, err := HostPort(u.Host, ""); err == nil {
+				hp = net.JoinHostPort(host, port)
+			}
+		}
+		hosts[name] = hp
+	}
+	if hp == "" {
 		return "", false
 	}
-	host, port, _, err := HostPort(u.Host, "")
-	if err != nil {
-		return "", false
-	}
-	id := ClientID(b.ClientID, session, c.Node)
-	return fmt.Sprintf("%s with client id %q", net.JoinHostPort(host, port), id), true
+	return fmt.Sprintf("%s with client id %q", hp, ClientID(b.ClientID, session, c.Node)), true
 }
 
 // ClientID fills a broker's client_id template, {session} with the
 // session's name and {node} with the node's: the one place the template is
 // expanded, so admission checks the id the broker will see.
+// One pass, as strings.Replacer would, without building a replacer per
+// call (admission expands it for every route).
 func ClientID(template, session, node string) string {
-	return strings.NewReplacer("{session}", session, "{node}", node).Replace(template)
+	var b strings.Builder
+	for {
+		i := strings.IndexByte(template, '{')
+		if i < 0 {
+			if b.Len() == 0 {
+				return template
+			}
+			b.WriteString(template)
+			return b.String()
+		}
+		b.WriteString(template[:i])
+		template = template[i:]
+		switch {
+		case strings.HasPrefix(template, "{session}"):
+			b.WriteString(session)
+			template = template[len("{session}"):]
+		case strings.HasPrefix(template, "{node}"):
+			b.WriteString(node)
+			template = template[len("{node}"):]
+		default:
+			b.WriteByte('{')
+			template = template[1:]
+		}
+	}
 }

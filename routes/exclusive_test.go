@@ -154,4 +154,9 @@ func TestClientID(t *testing.T) {
 	if got := routes.ClientID(routes.DefaultClientID, "s1", "n2"); got != "leasebridge-s1" {
 		t.Errorf("default client id = %q", got)
 	}
+	// One pass: a name holding a placeholder is not expanded again, and a
+	// brace that starts no placeholder is kept.
+	if got := routes.ClientID("{x}{session}{{node}}-{nod", "{node}", "n2"); got != "{x}{node}{n2}-{nod" {
+		t.Errorf("ClientID = %q, want {x}{node}{n2}-{nod", got)
+	}
 }

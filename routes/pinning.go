@@ -41,7 +41,8 @@ type pinSource struct {
 }
 
 // pinsOf lists the pins bearing on session, routes first in file order,
-// then the devices they use.
+// then the devices they use. Empty pins, which allow every node and
+// prefer none, are left out.
 func (c *Config) pinsOf(session string) []pinSource {
 	var out []pinSource
 	devs := map[string]bool{}
@@ -49,8 +50,10 @@ func (c *Config) pinsOf(session string) []pinSource {
 		if r == nil || r.Session != session {
 			continue
 		}
-		out = append(out, pinSource{fmt.Sprintf("routes[%d]", i), r.Pin})
-		if (r.Kind == RoutePoll || r.Kind == RouteWrite) && c.Devices[r.Device] != nil {
+		if !r.Pin.empty() {
+			out = append(out, pinSource{fmt.Sprintf("routes[%d]", i), r.Pin})
+		}
+		if (r.Kind == RoutePoll || r.Kind == RouteWrite) && c.Devices[r.Device] != nil && !c.Devices[r.Device].Pin.empty() {
 			devs[r.Device] = true
 		}
 	}
@@ -59,6 +62,8 @@ func (c *Config) pinsOf(session string) []pinSource {
 	}
 	return out
 }
+
+func (p Pin) empty() bool { return len(p.Nodes) == 0 && p.PreferredNode == "" }
 
 // Pinning is session's effective pin: the intersection of every nodes
 // list bearing on it and the preferred node they name.
@@ -99,12 +104,12 @@ func (c *Config) checkPins() Errors {
 	add := func(p, format string, args ...any) { errs = append(errs, c.errAt(p, format, args...)) }
 	var all []pinSource
 	for _, name := range sortedKeys(c.Devices) {
-		if d := c.Devices[name]; d != nil {
+		if d := c.Devices[name]; d != nil && !d.Pin.empty() {
 			all = append(all, pinSource{"devices." + name, d.Pin})
 		}
 	}
 	for i, r := range c.Routes {
-		if r != nil {
+		if r != nil && !r.Pin.empty() {
 			all = append(all, pinSource{fmt.Sprintf("routes[%d]", i), r.Pin})
 		}
 	}
@@ -129,7 +134,8 @@ func (c *Config) checkPins() Errors {
 			}
 		}
 	}
-	if len(errs) > 0 {
+	// Without a pin every session may run anywhere: nothing to combine.
+	if len(errs) > 0 || len(all) == 0 {
 		return errs
 	}
 	sessions := map[string]bool{}

@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/leasebridge/leasebridge/admission"
 	"github.com/leasebridge/leasebridge/internal/buildinfo"
@@ -172,38 +174,61 @@ func WriteText(w io.Writer, cfg *routes.Config, sessions []routes.Session, repor
 
 // WriteTiming prints a resolved cadence, one value per line with its origin.
 func WriteTiming(w io.Writer, indent string, t admission.Timing) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fs := admission.FormatSeconds
-	for _, row := range []struct {
-		key string
-		val string
-	}{
-		{"lease_ttl", fs(t.LeaseTTL)},
-		{"renew_interval", fs(t.RenewInterval)},
-		{"lease_renew_jitter", fs(t.RenewJitter)},
-		{"renew_call_timeout", fs(t.RenewCallTimeout)},
-		{"acquire_poll_interval", fs(t.AcquirePollInterval)},
-		{"step_down_grace", fs(t.StepDownGrace)},
-		{"max_renew_fails", fmt.Sprint(t.MaxRenewFails)},
-	} {
-		fmt.Fprintf(tw, "%s%s\t%s\t(%s)\n", indent, row.key, row.val, t.Origins[row.key])
-	}
-	tw.Flush()
+	row := func(key, val string) []string { return []string{indent + key, val, "(" + string(t.Origins[key]) + ")"} }
+	columns(w, [][]string{
+		row("lease_ttl", fs(t.LeaseTTL)),
+		row("renew_interval", fs(t.RenewInterval)),
+		row("lease_renew_jitter", fs(t.RenewJitter)),
+		row("renew_call_timeout", fs(t.RenewCallTimeout)),
+		row("acquire_poll_interval", fs(t.AcquirePollInterval)),
+		row("step_down_grace", fs(t.StepDownGrace)),
+		row("max_renew_fails", strconv.Itoa(t.MaxRenewFails)),
+	}, false)
 }
 
 func writeBudget(w io.Writer, title string, b admission.Budget) {
 	fs := admission.FormatSeconds
 	fmt.Fprintf(w, "  %s: %s\n", title, fs(b.Total))
-	terms := append([]admission.Term(nil), b.Terms...)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	for _, t := range terms {
+	rows := make([][]string, 0, len(b.Terms))
+	for _, t := range b.Terms {
 		pct := 0.0
 		if b.Total > 0 {
 			pct = float64(t.Value) * 100 / float64(b.Total)
 		}
-		fmt.Fprintf(tw, "    %s\t%s\t%5.1f%%\t\n", t.Name, fs(t.Value), pct)
+		rows = append(rows, []string{"    " + t.Name, fs(t.Value), fmt.Sprintf("%5.1f%%", pct), ""})
 	}
-	tw.Flush()
+	columns(w, rows, true)
+}
+
+// columns writes one aligned block as text/tabwriter does with padding 2
+// and spaces: every cell of a row but the last is padded to the widest
+// cell of its column plus 2, after its text or, with right, before it; the
+// last follows unpadded. It replaces a tabwriter per block, whose buffers
+// a report of thousands of sessions allocated thousands of times.
+func columns(w io.Writer, rows [][]string, right bool) {
+	var widths []int
+	for _, r := range rows {
+		for i, c := range r[:len(r)-1] {
+			if i == len(widths) {
+				widths = append(widths, 0)
+			}
+			widths[i] = max(widths[i], utf8.RuneCountInString(c)+2)
+		}
+	}
+	var b strings.Builder
+	for _, r := range rows {
+		for i, c := range r[:len(r)-1] {
+			pad := strings.Repeat(" ", widths[i]-utf8.RuneCountInString(c))
+			if right {
+				b.WriteString(pad + c)
+			} else {
+				b.WriteString(c + pad)
+			}
+		}
+		b.WriteString(r[len(r)-1] + "\n")
+	}
+	io.WriteString(w, b.String())
 }
 
 // Profile is one shipped profile evaluated at the MQTT transport's defaults

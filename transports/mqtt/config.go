@@ -115,7 +115,7 @@ func resolve(cfg Config) (*settings, error) {
 		clean:       cfg.CleanSession,
 	}
 	s.clientID = routes.ClientID(s.clientID, cfg.Session, cfg.Node)
-	s.statusTopic = strings.NewReplacer("{session}", cfg.Session).Replace(s.statusTopic)
+	s.statusTopic = strings.ReplaceAll(s.statusTopic, "{session}", cfg.Session)
 
 	shown := redact.URL(b.URL)
 	u, err := url.Parse(b.URL)
