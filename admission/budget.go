@@ -298,9 +298,6 @@ func Evaluate(in Inputs) Report {
 	refuse := func(format string, args ...any) {
 		r.Refusals = append(r.Refusals, fmt.Sprintf(format, args...))
 	}
-	t := in.Timing
-	fs := FormatSeconds
-
 	var c calc
 	for _, tr := range in.Transports {
 		r.Activation = c.add("activation", r.Activation, tr.Bound)
@@ -310,16 +307,41 @@ func Evaluate(in Inputs) Report {
 		refuse("%v", c.err)
 		return r
 	}
+	checkRanges(in, refuse)
+	r.DevicePathFailover = in.DevicePath.State()
+	if len(r.Refusals) > 0 {
+		r.BrokerPathFailover = brokerPathState(in.BrokerHealth)
+		return r
+	}
+	checkSelfFence(&r, refuse)
+	odErr := evaluateOwnerDeath(&r, in, refuse)
+	r.BrokerPathFailover = brokerPathState(in.BrokerHealth)
+	if in.BrokerHealth.Mode == BrokerHealthOn {
+		bp, err := BrokerPath(r.Timing, in.BrokerHealth.Threshold, r.Activation, in.StartupAllowance)
+		if err != nil {
+			refuse("broker-path budget: %v", err)
+		} else {
+			r.BrokerPath = &bp
+		}
+	}
+	evaluateDevicePath(&r, in, refuse)
+	if in.FailoverSLO != nil {
+		checkSLO(&r, in, odErr == nil, refuse)
+	}
+	return r
+}
 
-	// Ranges each value must be in before any relation makes sense.
-	positive := []struct {
+// checkRanges refuses values outside the range they must be in before
+// any relation between them makes sense.
+func checkRanges(in Inputs, refuse func(string, ...any)) {
+	t, fs := in.Timing, FormatSeconds
+	for _, p := range []struct {
 		key string
 		d   time.Duration
 	}{
 		{"lease_ttl", t.LeaseTTL}, {"renew_interval", t.RenewInterval},
 		{"renew_call_timeout", t.RenewCallTimeout}, {"acquire_poll_interval", t.AcquirePollInterval},
-	}
-	for _, p := range positive {
+	} {
 		if p.d <= 0 {
 			refuse("%s = %s: must be > 0", p.key, fs(p.d))
 		}
@@ -347,22 +369,23 @@ func Evaluate(in Inputs) Report {
 	if in.FailoverSLO != nil && *in.FailoverSLO <= 0 {
 		refuse("failover_slo = %s: must be > 0", fs(*in.FailoverSLO))
 	}
-	r.DevicePathFailover = in.DevicePath.State()
-	if len(r.Refusals) > 0 {
-		r.BrokerPathFailover = brokerPathState(in.BrokerHealth)
-		return r
-	}
+}
+
+// checkSelfFence sets r.FenceAfter and refuses a timing whose renew round
+// at its longest (the previous call, the interval with jitter, the new
+// call) plus closing the transports and the clock-rate margin does not fit
+// into lease_ttl: the owner would fence itself in normal operation before
+// its next renew could land. It also refuses a jitter that could schedule
+// a renew at once.
+func checkSelfFence(r *Report, refuse func(string, ...any)) {
+	t, fs := r.Timing, FormatSeconds
 	if t.RenewJitter/2 >= t.RenewInterval {
 		refuse("renew jitter: lease_renew_jitter/2 = %s must be < renew_interval = %s, or a renew could be scheduled at once",
 			fs(t.RenewJitter/2), fs(t.RenewInterval))
 	}
-
-	// Self-fence: a renew round at its longest (the previous call, the
-	// interval with jitter, the new call) plus closing the transports and
-	// the clock-rate margin must fit into lease_ttl, or the owner would fence
-	// itself in normal operation before its next renew could land.
 	margin := ClockRateMargin(t.LeaseTTL)
 	r.FenceAfter = t.LeaseTTL - r.CloseBound - margin
+	var c calc
 	need := c.sum("self_fence", t.RenewCallTimeout, t.RenewInterval, t.RenewJitter/2, t.RenewCallTimeout, r.CloseBound, margin)
 	if c.err != nil {
 		refuse("%v", c.err)
@@ -370,44 +393,40 @@ func Evaluate(in Inputs) Report {
 		refuse("self-fence: renew_call_timeout + renew_interval + lease_renew_jitter/2 + renew_call_timeout + close_bound + clock_rate_margin = %s + %s + %s + %s + %s + %s = %s must be <= lease_ttl = %s: the owner would reach its fence deadline before its next renew can land",
 			fs(t.RenewCallTimeout), fs(t.RenewInterval), fs(t.RenewJitter/2), fs(t.RenewCallTimeout), fs(r.CloseBound), fs(margin), fs(need), fs(t.LeaseTTL))
 	}
+}
 
-	od, err := ownerDeath(t, r.Activation, in.StartupAllowance, in.Spread)
+// evaluateOwnerDeath sets r.OwnerDeath (and the takeover deferral with
+// spread), or refuses; it returns the budget's error.
+func evaluateOwnerDeath(r *Report, in Inputs, refuse func(string, ...any)) error {
+	od, err := ownerDeath(r.Timing, r.Activation, in.StartupAllowance, in.Spread)
 	if err != nil {
 		refuse("owner-death budget: %v", err)
-	} else {
-		r.OwnerDeath = od
+		return err
 	}
-	if in.Spread && err == nil {
-		r.TakeoverDeferral, _ = TakeoverDeferral(t) // computed by ownerDeath
+	r.OwnerDeath = od
+	if in.Spread {
+		r.TakeoverDeferral, _ = TakeoverDeferral(r.Timing) // computed by ownerDeath
 	}
-	r.BrokerPathFailover = brokerPathState(in.BrokerHealth)
-	if in.BrokerHealth.Mode == BrokerHealthOn {
-		bp, err := BrokerPath(t, in.BrokerHealth.Threshold, r.Activation, in.StartupAllowance)
-		if err != nil {
-			refuse("broker-path budget: %v", err)
-		} else {
-			r.BrokerPath = &bp
-		}
-	}
+	return nil
+}
 
-	evaluateDevicePath(&r, in, refuse)
-
-	if in.FailoverSLO != nil {
-		slo := *in.FailoverSLO
-		if in.BrokerHealth.Mode == BrokerHealthOmitted {
-			refuse("failover_slo = %s is declared but broker_health_step_down is omitted: set it to off (the objective covers owner death alone) or to a duration", fs(slo))
-		}
-		if err == nil && r.OwnerDeath.Total > slo {
-			refuse("owner-death budget %s exceeds failover_slo %s by %s (%s)", fs(r.OwnerDeath.Total), fs(slo), fs(r.OwnerDeath.Total-slo), dominant(r.OwnerDeath))
-		}
-		if r.BrokerPath != nil && r.BrokerPath.Total > slo {
-			refuse("broker-path budget %s exceeds failover_slo %s by %s (%s)", fs(r.BrokerPath.Total), fs(slo), fs(r.BrokerPath.Total-slo), dominant(*r.BrokerPath))
-		}
-		if r.DevicePath != nil && r.DevicePath.Total > slo {
-			refuse("device-path budget %s exceeds failover_slo %s by %s (%s)", fs(r.DevicePath.Total), fs(slo), fs(r.DevicePath.Total-slo), dominant(*r.DevicePath))
-		}
+// checkSLO refuses budgets over the declared failover_slo, and an SLO
+// declared while broker_health_step_down is omitted. ownerDeath says the
+// owner-death budget was computed.
+func checkSLO(r *Report, in Inputs, ownerDeath bool, refuse func(string, ...any)) {
+	slo, fs := *in.FailoverSLO, FormatSeconds
+	if in.BrokerHealth.Mode == BrokerHealthOmitted {
+		refuse("failover_slo = %s is declared but broker_health_step_down is omitted: set it to off (the objective covers owner death alone) or to a duration", fs(slo))
 	}
-	return r
+	if ownerDeath && r.OwnerDeath.Total > slo {
+		refuse("owner-death budget %s exceeds failover_slo %s by %s (%s)", fs(r.OwnerDeath.Total), fs(slo), fs(r.OwnerDeath.Total-slo), dominant(r.OwnerDeath))
+	}
+	if r.BrokerPath != nil && r.BrokerPath.Total > slo {
+		refuse("broker-path budget %s exceeds failover_slo %s by %s (%s)", fs(r.BrokerPath.Total), fs(slo), fs(r.BrokerPath.Total-slo), dominant(*r.BrokerPath))
+	}
+	if r.DevicePath != nil && r.DevicePath.Total > slo {
+		refuse("device-path budget %s exceeds failover_slo %s by %s (%s)", fs(r.DevicePath.Total), fs(slo), fs(r.DevicePath.Total-slo), dominant(*r.DevicePath))
+	}
 }
 
 // evaluateDevicePath computes the device-path budget and cooldown when
