@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/leasebridge/leasebridge/failover"
 	"github.com/leasebridge/leasebridge/internal/plcsim"
+	"github.com/leasebridge/leasebridge/internal/testbin"
 	"github.com/leasebridge/leasebridge/internal/testmqtt"
 	"github.com/leasebridge/leasebridge/internal/writetest"
 	"github.com/leasebridge/leasebridge/lease"
@@ -99,8 +99,16 @@ func startWriteRig(t *testing.T, maxAge time.Duration) *writeRig {
 	}
 	t.Cleanup(func() { _ = store.Close() })
 	reg := prometheus.NewRegistry()
+	// The bridge's warnings and errors are shown when the test fails: a
+	// lost broker connection explains a stalled burst.
+	logs := &testbin.SyncBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("bridge log (warnings and errors):\n%s", logs.String())
+		}
+	})
 	sv, err := failover.New(failover.Options{Config: cfg, Reports: reports, Store: store, Identity: lease.NewIdentity("node-a"),
-		Node: "node-a", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: failover.NewMetrics(reg)})
+		Node: "node-a", Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})), Metrics: failover.NewMetrics(reg)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,15 +27,23 @@ type Requester struct {
 	mu   sync.Mutex
 	byID map[string][]failover.WriteReply
 	n    int
+	lost []string
 }
 
-// New connects a requester with a fresh clean session to the broker at
-// url and subscribes to replyTopic at QoS 1; requests go to reqTopic.
+// New connects a requester with a fresh persistent session to the broker
+// at url and subscribes to replyTopic at QoS 1; requests go to reqTopic.
+// The session is persistent so that a reconnect on a loaded machine loses
+// no QoS 1 reply; a lost connection is recorded (Lost).
 func New(t testing.TB, url, reqTopic, replyTopic string) *Requester {
 	t.Helper()
 	r := &Requester{req: reqTopic, byID: map[string][]failover.WriteReply{}}
-	o := paho.NewClientOptions().AddBroker(url).SetClientID(fmt.Sprintf("requester-%d", time.Now().UnixNano())).SetCleanSession(true)
+	o := paho.NewClientOptions().AddBroker(url).SetClientID(fmt.Sprintf("requester-%d", time.Now().UnixNano())).SetCleanSession(false)
 	o.SetMaxResumePubInFlight(64)
+	o.SetConnectionLostHandler(func(_ paho.Client, err error) {
+		r.mu.Lock()
+		r.lost = append(r.lost, time.Now().Format("15:04:05.000")+" "+err.Error())
+		r.mu.Unlock()
+	})
 	r.C = paho.NewClient(o)
 	if tok := r.C.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 		t.Fatalf("requester connect: %v", tok.Error())
@@ -90,6 +98,13 @@ func (r *Requester) All() (map[string][]failover.WriteReply, int) {
 	return out, r.n
 }
 
+// Lost lists the requester's lost connections, with their times.
+func (r *Requester) Lost() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.lost)
+}
+
 // WaitReply waits until id has a reply with code (any code when "").
 func (r *Requester) WaitReply(t testing.TB, id, code string, limit time.Duration) {
 	t.Helper()
@@ -123,7 +138,7 @@ func (r *Requester) WaitCount(t testing.TB, n int, stall time.Duration) {
 			last, lastAt = got, time.Now()
 		}
 		if time.Since(lastAt) > stall {
-			t.Fatalf("%d replies of %d, then none for %s", got, n, stall)
+			t.Fatalf("%d replies of %d, then none for %s (requester connections lost: %q)", got, n, stall, r.Lost())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
