@@ -84,17 +84,17 @@ func Kinds() []string {
 	return sortedKeys(kindsReg)
 }
 
-// SettingsOf returns the device's Settings as the kind's *T: a new zero T
-// when a Device built in code carries none, an error when they are
-// another kind's.
-func SettingsOf[T any](d *Device) (*T, error) {
-	switch s := d.Settings.(type) {
+// SettingsOf returns the Settings of a Device, a PollGroup or a Tag as
+// the kind's *T: a new zero T when one built in code carries none, an
+// error when they are another kind's.
+func SettingsOf[T any](settings any) (*T, error) {
+	switch s := settings.(type) {
 	case nil:
 		return new(T), nil
 	case *T:
 		return s, nil
 	}
-	return nil, fmt.Errorf("settings are %T, want %T", d.Settings, (*T)(nil))
+	return nil, fmt.Errorf("settings are %T, want %T", settings, (*T)(nil))
 }
 
 // subscribeKinds lists the registered kinds whose groups may subscribe.

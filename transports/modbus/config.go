@@ -111,18 +111,6 @@ func settings(dev *routes.Device) (*RTUConfig, error) {
 	return nil, fmt.Errorf("settings are %T, want *modbus.Config or *modbus.RTUConfig", dev.Settings)
 }
 
-// settingsOf returns a group's or a tag's settings s as *T: a new zero T
-// for one built in code without any, an error for another kind's.
-func settingsOf[T any](s any) (*T, error) {
-	switch s := s.(type) {
-	case nil:
-		return new(T), nil
-	case *T:
-		return s, nil
-	}
-	return nil, fmt.Errorf("settings are %T, want %T", s, (*T)(nil))
-}
-
 // unitAndOrder are the device's unit id and byte order, defaults for
 // those unset, as the transport uses them.
 func (c *Config) unitAndOrder() (byte, ByteOrder, error) {
@@ -162,7 +150,7 @@ func groupUnits(dev *routes.Device, device byte) (map[*routes.PollGroup]byte, er
 // groupUnit is the unit id of a poll group's requests: its own unit_id,
 // or the device's.
 func groupUnit(pg *routes.PollGroup, device byte) (byte, error) {
-	s, err := settingsOf[GroupConfig](pg.Settings)
+	s, err := routes.SettingsOf[GroupConfig](pg.Settings)
 	if err != nil || s.UnitID == nil {
 		return device, err
 	}
@@ -241,13 +229,10 @@ func errOrder(s string) error {
 }
 
 func checkDevice(c *routes.Config, path string, d *routes.Device) routes.Errors {
-	var errs routes.Errors
+	// A serial path is refused only when empty, which the common rules
+	// report.
+	errs := c.CheckAddress(path, d)
 	add := func(p string, err error) { errs = append(errs, c.ErrorAt(p, err.Error())) }
-	if d.Kind == KindTCP && d.Address != "" {
-		if _, err := tcpEndpoint(d); err != nil {
-			add(path+".address", fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "routes: ")))
-		}
-	}
 	s, err := settings(d)
 	if err != nil {
 		add(path, err)
@@ -280,7 +265,7 @@ func checkDevice(c *routes.Config, path string, d *routes.Device) routes.Errors 
 func checkTag(c *routes.Config, path string, _ *routes.Device, t *routes.Tag) routes.Errors {
 	var errs routes.Errors
 	add := func(p, format string, args ...any) { errs = append(errs, c.ErrorAt(p, fmt.Sprintf(format, args...))) }
-	s, err := settingsOf[TagConfig](t.Settings)
+	s, err := routes.SettingsOf[TagConfig](t.Settings)
 	if err != nil {
 		add(path, "%v", err)
 		return errs

@@ -58,7 +58,7 @@ func parseTag(tg *routes.Tag, devOrder ByteOrder) (*tag, error) {
 	if tg.Name == "" {
 		return nil, fmt.Errorf("%w: a tag at address %q has no name", ErrConfig, tg.Address)
 	}
-	s, err := settingsOf[TagConfig](tg.Settings)
+	s, err := routes.SettingsOf[TagConfig](tg.Settings)
 	if err != nil {
 		return nil, fmt.Errorf("%w: tag %q: %v", ErrConfig, tg.Name, err)
 	}

@@ -62,7 +62,7 @@ func init() {
 
 // settings is the device's Config; a Device built in code may carry none,
 // which means security None and an anonymous user.
-func settings(dev *routes.Device) (*Config, error) { return routes.SettingsOf[Config](dev) }
+func settings(dev *routes.Device) (*Config, error) { return routes.SettingsOf[Config](dev.Settings) }
 
 // defaults fills security None/None, or SignAndEncrypt with a policy, and
 // the client certificate's files under data_dir, named after the device.
@@ -189,7 +189,7 @@ func endpoint(d *routes.Device) (routes.Endpoint, error) {
 	u, err := url.Parse(d.Address)
 	if err != nil || u.Host == "" {
 		// url.Parse quotes its input; an address may hold a password.
-		return routes.Endpoint{}, fmt.Errorf("routes: address: want an endpoint such as opc.tcp://host:4840")
+		return routes.Endpoint{}, fmt.Errorf("%w: address: want an endpoint such as opc.tcp://host:4840", ErrConfig)
 	}
 	hp := u.Host
 	if u.Port() == "" {

@@ -39,7 +39,7 @@ func init() {
 
 // settings is the device's Config; a Device built in code may carry none,
 // which means rack 0, slot 0.
-func settings(dev *routes.Device) (*Config, error) { return routes.SettingsOf[Config](dev) }
+func settings(dev *routes.Device) (*Config, error) { return routes.SettingsOf[Config](dev.Settings) }
 
 // checkRackSlot is the rule for rack and slot, for the configuration and
 // for a transport built in code.
@@ -62,12 +62,7 @@ func dialAddress(addr string) (string, error) {
 }
 
 func checkDevice(c *routes.Config, path string, d *routes.Device) routes.Errors {
-	var errs routes.Errors
-	if d.Address != "" {
-		if _, err := endpoint(d); err != nil {
-			errs = append(errs, c.ErrorAt(path+".address", strings.TrimPrefix(err.Error(), "routes: ")))
-		}
-	}
+	errs := c.CheckAddress(path, d)
 	if s, err := settings(d); err != nil {
 		errs = append(errs, c.ErrorAt(path, err.Error()))
 	} else if err := checkRackSlot(s); err != nil {
