@@ -51,13 +51,7 @@ func init() {
 		Endpoint:  endpoint,
 		Doc:       "An OPC UA server: `address` is an opc.tcp:// endpoint.",
 	})
-	transports.Register(Kind, func(name string, cfg any) (transports.Transport, error) {
-		dev, ok := cfg.(*routes.Device)
-		if !ok {
-			return nil, fmt.Errorf("%w: transport %q: configuration is %T, want *routes.Device", ErrConfig, name, cfg)
-		}
-		return New(name, dev)
-	})
+	transports.RegisterDevice(Kind, errs, New)
 }
 
 // settings is the device's Config; a Device built in code may carry none,

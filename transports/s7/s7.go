@@ -55,15 +55,7 @@ var (
 	ErrLibrary = errors.New("s7: unsupported gos7 version")
 )
 
-func init() {
-	transports.Register(Kind, func(name string, cfg any) (transports.Transport, error) {
-		dev, ok := cfg.(*routes.Device)
-		if !ok {
-			return nil, fmt.Errorf("%w: transport %q: configuration is %T, want *routes.Device", ErrConfig, name, cfg)
-		}
-		return New(name, dev)
-	})
-}
+func init() { transports.RegisterDevice(Kind, errs, New) }
 
 // ItemError is a data item the PLC answered with an error return code. The
 // PLC answered, so the connection stays open.
