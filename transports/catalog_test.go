@@ -28,6 +28,8 @@ func TestCatalogRefusals(t *testing.T) {
 		{[]*routes.PollGroup{{Name: "g"}, {Name: "g"}}, `poll group "g" defined twice`},
 		{[]*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{tag("x", false)}}, {Name: "h", Tags: []*routes.Tag{tag("x", false)}}}, `tag "x" defined twice`},
 		{[]*routes.PollGroup{{Name: "g", Mode: "subscribe"}}, `mode "subscribe": want poll`},
+		{[]*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Address: "@1"}}}}, `device "d1": group "g": dev: invalid configuration: a tag at address "@1" has no name`},
+		{[]*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Name: "x", Address: "@x", Scale: new(float64)}}}}, `tag "x": scale 0 would make every value the offset`},
 	} {
 		if _, err := catalog(tc.groups...); !errors.Is(err, testErrs.Config) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v, want %q", err, tc.want)

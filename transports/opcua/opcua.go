@@ -200,10 +200,9 @@ func (t *Transport) group(pg *routes.PollGroup, tags []*tag) *group {
 	return g
 }
 
+// parseTag reads one tag's node id, type and deadband; the catalog has
+// checked the rules of every tag (a name, a scale other than 0).
 func parseTag(tg *routes.Tag) (*tag, error) {
-	if tg.Name == "" {
-		return nil, fmt.Errorf("%w: a tag at address %q has no name", ErrConfig, tg.Address)
-	}
 	n, err := parseNodeID(tg.Address)
 	if err != nil {
 		return nil, fmt.Errorf("%w: tag %q: address %q: %w", ErrAddress, tg.Name, tg.Address, err)
@@ -221,9 +220,6 @@ func parseTag(tg *routes.Tag) (*tag, error) {
 	}
 	if tg.Deadband < 0 {
 		return nil, fmt.Errorf("%w: tag %q: deadband %v must not be negative", ErrConfig, tg.Name, tg.Deadband)
-	}
-	if t.scale != nil && *t.scale == 0 {
-		return nil, fmt.Errorf("%w: tag %q: scale 0 would make every value the offset and writes impossible", ErrConfig, tg.Name)
 	}
 	return t, nil
 }

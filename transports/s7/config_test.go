@@ -79,6 +79,13 @@ func TestConfigValidationHasPositions(t *testing.T) {
 	)
 }
 
+// A tag without a name is one problem, reported once: by the common rules,
+// not again by the s7 parser.
+func TestNamelessTagIsOneError(t *testing.T) {
+	transporttest.WantConfigErrors(t, cfgBase+"  plc: {kind: s7, address: h, groups: [{name: g, tags: [{address: DB1.DBW0, type: int16}]}]}\n"+cfgRoute,
+		`cfg.yaml:7:57: devices.plc.groups[0].tags[0]: tag has no name`)
+}
+
 // The configuration accepts exactly the addresses the transport reads.
 func TestAddressForms(t *testing.T) {
 	for _, c := range []struct {
