@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 
 	"github.com/leasebridge/leasebridge/routes"
@@ -92,6 +93,11 @@ func checkTag(c *routes.Config, path string, _ *routes.Device, t *routes.Tag) ro
 	msg := err.Error()
 	for _, prefix := range []string{ErrAddress.Error() + ": ", ErrConfig.Error() + ": ", fmt.Sprintf("tag %q: ", t.Name)} {
 		msg = strings.TrimPrefix(msg, prefix)
+	}
+	// The address as an argument of ErrorAtf: one megabytes long is
+	// clipped and the rule after it stays.
+	if rule, ok := strings.CutPrefix(msg, "address "+strconv.Quote(t.Address)+": "); ok {
+		return routes.Errors{c.ErrorAtf(at, "address %q: %s", t.Address, rule)}
 	}
 	return routes.Errors{c.ErrorAt(at, msg)}
 }

@@ -152,3 +152,14 @@ func TestOneCPUTwiceIsRefused(t *testing.T) {
 		t.Errorf("two slots: refused %q", got)
 	}
 }
+
+// A tag address megabytes long is clipped in its error; the rule after it
+// stays (routes.Config.ErrorAtf).
+func TestHugeAddressKeepsTheRule(t *testing.T) {
+	huge := strings.Repeat("9", 1<<20)
+	got := transporttest.ConfigErrors(t, cfgBase+"  plc: {kind: s7, address: h, groups: [{name: g, tags: [{name: x, address: \""+huge+"\", type: int16}]}]}\n"+cfgRoute)
+	all := strings.Join(got, "\n")
+	if len(got) != 1 || len(all) > 4096 || !strings.Contains(all, `...(1048576 bytes)": want DB<n>.DBX<byte>.<bit>`) {
+		t.Errorf("huge address: %.600q", got)
+	}
+}
