@@ -11,9 +11,9 @@ import (
 // device of one kind is decoded beyond the keys every device has, which
 // defaults it takes, how it is checked and how its keys are documented.
 // Its bounds are not here: admission sums what the transport built from
-// the device reports (failover.Preflight). A transport package registers its kind from init with
-// RegisterKind, next to transports.Register; docs/adding-a-transport.md
-// lists the rest.
+// the device reports (failover.Preflight). A transport package registers
+// its kind from init with RegisterKind, next to
+// transports.RegisterDevice; docs/adding-a-transport.md lists the rest.
 type DeviceKind struct {
 	// Name is the kind as written in a device's kind key.
 	Name string
@@ -33,7 +33,9 @@ type DeviceKind struct {
 	TagSettings func() any
 	// Subscribe allows poll groups of mode subscribe.
 	Subscribe bool
-	// Defaults fills the kind's defaults of device name; may be nil.
+	// Defaults fills the kind's defaults of device name, whose device,
+	// groups and tags routes has given their settings structs; may be
+	// nil.
 	Defaults func(c *Config, name string, d *Device)
 	// Check reports the kind's problems of d, written at path
 	// (devices.<name>), with c.ErrorAt; may be nil.
