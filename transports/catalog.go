@@ -22,6 +22,18 @@ type Catalog[G, T any] struct {
 	names    map[string][]string // each group's tag names in order
 }
 
+// CheckKind refuses to build a transport of kind from dev when dev is nil
+// or a device of another kind, with errs.Config naming the transport.
+func CheckKind(name string, dev *routes.Device, kind string, errs DeviceErrors) error {
+	if dev == nil {
+		return fmt.Errorf("%w: transport %q: no device", errs.Config, name)
+	}
+	if dev.Kind != kind {
+		return fmt.Errorf("%w: device %q: kind %q, want %s", errs.Config, name, dev.Kind, kind)
+	}
+	return nil
+}
+
 // NewCatalog parses dev's groups in order: parse turns each tag that
 // passed the rules of every tag (checkTag) into T, then group builds G
 // from the group and its tags. A group or tag name used twice, and a

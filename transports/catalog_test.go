@@ -62,3 +62,19 @@ func TestCatalogRefusals(t *testing.T) {
 		t.Errorf("FailUnread: %+v %v", vals, err)
 	}
 }
+
+// A transport is built only from a device of its own kind.
+func TestCheckKind(t *testing.T) {
+	if err := transports.CheckKind("d1", &routes.Device{Kind: "k"}, "k", testErrs); err != nil {
+		t.Errorf("own kind: %v", err)
+	}
+	for dev, want := range map[*routes.Device]string{
+		nil:                      `dev: invalid configuration: transport "d1": no device`,
+		{Kind: "other"}:          `dev: invalid configuration: device "d1": kind "other", want k`,
+		{Kind: "", Address: "h"}: `dev: invalid configuration: device "d1": kind "", want k`,
+	} {
+		if err := transports.CheckKind("d1", dev, "k", testErrs); !errors.Is(err, testErrs.Config) || err.Error() != want {
+			t.Errorf("%+v: %v, want %q", dev, err, want)
+		}
+	}
+}

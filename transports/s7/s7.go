@@ -119,11 +119,8 @@ type Transport struct {
 
 // New builds a transport for an s7 device, checking every tag.
 func New(name string, dev *routes.Device) (*Transport, error) {
-	if dev == nil {
-		return nil, fmt.Errorf("%w: transport %q: no device", ErrConfig, name)
-	}
-	if dev.Kind != Kind {
-		return nil, fmt.Errorf("%w: device %q: kind %q, want %s", ErrConfig, name, dev.Kind, Kind)
+	if err := transports.CheckKind(name, dev, Kind, errs); err != nil {
+		return nil, err
 	}
 	cfg, err := settings(dev)
 	if err == nil {
