@@ -59,13 +59,13 @@ func init() {
 func settings(dev *routes.Device) (*Config, error) { return routes.SettingsOf[Config](dev.Settings) }
 
 // defaults fills security None/None, or SignAndEncrypt with a policy, and
-// the client certificate's files under data_dir, named after the device.
+// the client certificate's files under data_dir, named after the device;
+// routes has given it its Config.
 func defaults(c *routes.Config, name string, d *routes.Device) {
 	s, err := settings(d)
 	if err != nil {
 		return // Check reports it
 	}
-	d.Settings = s
 	s.SecurityPolicy, s.SecurityMode = s.securityNames()
 	if s.CertFile == "" {
 		s.CertFile = filepath.Join(c.DataDir, "opcua", name+"-cert.pem")
