@@ -189,8 +189,9 @@ type Device struct {
 	Pin `yaml:",inline"`
 	// Settings is the kind's own configuration, decoded from the keys
 	// its DeviceKind declares (a *s7.Config for s7, a *opcua.Config for
-	// opcua, a *modbus.Config for modbus_tcp); nil for a kind without
-	// settings or a Device built in code.
+	// opcua, a *modbus.Config for modbus_tcp, a *modbus.RTUConfig for
+	// modbus_rtu); nil for a kind without settings or a Device built in
+	// code.
 	Settings any `yaml:"-"`
 	// Line is where the device is defined.
 	Line int `yaml:"-"`

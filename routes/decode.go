@@ -520,7 +520,10 @@ func (d *decoder) kindRest(n *yaml.Node, rest []int, path string, l level) any {
 	var own map[string][]int
 	if k != nil {
 		if settings = k.newSettings(l); settings != nil {
-			sv, own = reflect.ValueOf(settings).Elem(), k.settingsKeys(l)
+			// Every group and tag passes here: its own struct gives the
+			// keys, without building a second one (settingsKeys).
+			sv = reflect.ValueOf(settings).Elem()
+			own = fields(sv.Type()).byKey
 		}
 	}
 	// For did-you-mean, built at the first unknown key: the keys of this

@@ -30,6 +30,20 @@ func (d *Device) Endpoint() (Endpoint, error) {
 	return Endpoint{}, fmt.Errorf("routes: unknown device kind %q", d.Kind)
 }
 
+// CheckAddress reports a written address of the device at path that its
+// kind's Endpoint refuses, at the address key: a kind checks its address
+// with the very rule that makes its endpoint identity (HostPort's for a
+// host:port address).
+func (c *Config) CheckAddress(path string, d *Device) Errors {
+	if d.Address == "" {
+		return nil // the common rules report it
+	}
+	if _, err := d.Endpoint(); err != nil {
+		return Errors{c.errAt(path+".address", "%s", strings.TrimPrefix(err.Error(), "routes: "))}
+	}
+	return nil
+}
+
 // HostPort splits host[:port] and normalises it without resolving names:
 // the host lowercased without a trailing dot or IPv6 brackets, an IP
 // address in its canonical form, localhost, 127.0.0.1 and ::1 as one

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/leasebridge/leasebridge/routes"
+	"github.com/leasebridge/leasebridge/transports/transporttest"
 )
 
 func TestEndpointIdentityPerKind(t *testing.T) {
@@ -43,13 +44,7 @@ func TestEndpointIdentityPerKind(t *testing.T) {
 }
 
 // exclusiveBase has no devices; each test adds its own.
-const exclusiveBase = `deployment_mode: clustered
-lease_store: {endpoints: [http://127.0.0.1:2379]}
-manager: {failover_slo: 10m, broker_health_step_down: 60s}
-brokers:
-  local: {url: tcp://127.0.0.1:1883}
-devices:
-`
+const exclusiveBase = transporttest.ConfigHead
 
 func device(name, kind, addr string, extra string) string {
 	return "  " + name + ": {kind: " + kind + ", address: \"" + addr + "\"" + extra +

@@ -11,9 +11,9 @@ import (
 // device of one kind is decoded beyond the keys every device has, which
 // defaults it takes, how it is checked and how its keys are documented.
 // Its bounds are not here: admission sums what the transport built from
-// the device reports (failover.Preflight). A transport package registers its kind from init with
-// RegisterKind, next to transports.Register; docs/adding-a-transport.md
-// lists the rest.
+// the device reports (failover.Preflight). A transport package registers
+// its kind from init with RegisterKind, next to
+// transports.RegisterDevice; docs/adding-a-transport.md lists the rest.
 type DeviceKind struct {
 	// Name is the kind as written in a device's kind key.
 	Name string
@@ -33,7 +33,9 @@ type DeviceKind struct {
 	TagSettings func() any
 	// Subscribe allows poll groups of mode subscribe.
 	Subscribe bool
-	// Defaults fills the kind's defaults of device name; may be nil.
+	// Defaults fills the kind's defaults of device name, whose device,
+	// groups and tags routes has given their settings structs; may be
+	// nil.
 	Defaults func(c *Config, name string, d *Device)
 	// Check reports the kind's problems of d, written at path
 	// (devices.<name>), with c.ErrorAt; may be nil.
@@ -84,17 +86,17 @@ func Kinds() []string {
 	return sortedKeys(kindsReg)
 }
 
-// SettingsOf returns the device's Settings as the kind's *T: a new zero T
-// when a Device built in code carries none, an error when they are
-// another kind's.
-func SettingsOf[T any](d *Device) (*T, error) {
-	switch s := d.Settings.(type) {
+// SettingsOf returns the Settings of a Device, a PollGroup or a Tag as
+// the kind's *T: a new zero T when one built in code carries none, an
+// error when they are another kind's.
+func SettingsOf[T any](settings any) (*T, error) {
+	switch s := settings.(type) {
 	case nil:
 		return new(T), nil
 	case *T:
 		return s, nil
 	}
-	return nil, fmt.Errorf("settings are %T, want %T", d.Settings, (*T)(nil))
+	return nil, fmt.Errorf("settings are %T, want %T", settings, (*T)(nil))
 }
 
 // subscribeKinds lists the registered kinds whose groups may subscribe.

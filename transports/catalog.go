@@ -22,10 +22,23 @@ type Catalog[G, T any] struct {
 	names    map[string][]string // each group's tag names in order
 }
 
-// NewCatalog parses dev's groups in order: parse turns each tag into T,
-// then group builds G from the group and its tags. A group or tag name
-// used twice, and a group mode not in modes ("" is poll), are refused
-// naming the device and group.
+// CheckKind refuses to build a transport of kind from dev when dev is nil
+// or a device of another kind, with errs.Config naming the transport.
+func CheckKind(name string, dev *routes.Device, kind string, errs DeviceErrors) error {
+	if dev == nil {
+		return fmt.Errorf("%w: transport %q: no device", errs.Config, name)
+	}
+	if dev.Kind != kind {
+		return fmt.Errorf("%w: device %q: kind %q, want %s", errs.Config, name, dev.Kind, kind)
+	}
+	return nil
+}
+
+// NewCatalog parses dev's groups in order: parse turns each tag that
+// passed the rules of every tag (checkTag) into T, then group builds G
+// from the group and its tags. A group or tag name used twice, and a
+// group mode not in modes ("" is poll), are refused naming the device and
+// group.
 func NewCatalog[G, T any](device string, dev *routes.Device, modes []string, errs DeviceErrors,
 	parse func(*routes.Tag) (T, error), group func(pg *routes.PollGroup, tags []T) G) (*Catalog[G, T], error) {
 	c := &Catalog[G, T]{device: device, errs: errs, groups: map[string]G{}, tags: map[string]T{}, writable: map[string]bool{}, names: map[string][]string{}}
@@ -44,7 +57,11 @@ func NewCatalog[G, T any](device string, dev *routes.Device, modes []string, err
 			if tg == nil {
 				continue
 			}
-			pt, err := parse(tg)
+			err := checkTag(tg, errs)
+			var pt T
+			if err == nil {
+				pt, err = parse(tg)
+			}
 			if err != nil {
 				return nil, fmt.Errorf("device %q: group %q: %w", device, pg.Name, err)
 			}
@@ -58,6 +75,18 @@ func NewCatalog[G, T any](device string, dev *routes.Device, modes []string, err
 		c.groups[pg.Name] = group(pg, tags)
 	}
 	return c, nil
+}
+
+// checkTag applies the rules of a tag of any kind, which its transport's
+// parser then need not repeat: it has a name, and a scale other than 0.
+func checkTag(tg *routes.Tag, errs DeviceErrors) error {
+	switch {
+	case tg.Name == "":
+		return fmt.Errorf("%w: a tag at address %q has no name", errs.Config, tg.Address)
+	case tg.Scale != nil && *tg.Scale == 0:
+		return fmt.Errorf("%w: tag %q: scale 0 would make every value the offset and writes impossible", errs.Config, tg.Name)
+	}
+	return nil
 }
 
 // Group returns the poll group name and one Bad value per tag, in order,

@@ -28,6 +28,8 @@ func TestCatalogRefusals(t *testing.T) {
 		{[]*routes.PollGroup{{Name: "g"}, {Name: "g"}}, `poll group "g" defined twice`},
 		{[]*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{tag("x", false)}}, {Name: "h", Tags: []*routes.Tag{tag("x", false)}}}, `tag "x" defined twice`},
 		{[]*routes.PollGroup{{Name: "g", Mode: "subscribe"}}, `mode "subscribe": want poll`},
+		{[]*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Address: "@1"}}}}, `device "d1": group "g": dev: invalid configuration: a tag at address "@1" has no name`},
+		{[]*routes.PollGroup{{Name: "g", Tags: []*routes.Tag{{Name: "x", Address: "@x", Scale: new(float64)}}}}, `tag "x": scale 0 would make every value the offset`},
 	} {
 		if _, err := catalog(tc.groups...); !errors.Is(err, testErrs.Config) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v, want %q", err, tc.want)
@@ -58,5 +60,21 @@ func TestCatalogRefusals(t *testing.T) {
 	vals, err = transports.FailUnread(vals, down)
 	if err != down || vals[0].Err != nil || vals[1].Err != down || vals[1].Timestamp.IsZero() {
 		t.Errorf("FailUnread: %+v %v", vals, err)
+	}
+}
+
+// A transport is built only from a device of its own kind.
+func TestCheckKind(t *testing.T) {
+	if err := transports.CheckKind("d1", &routes.Device{Kind: "k"}, "k", testErrs); err != nil {
+		t.Errorf("own kind: %v", err)
+	}
+	for dev, want := range map[*routes.Device]string{
+		nil:                      `dev: invalid configuration: transport "d1": no device`,
+		{Kind: "other"}:          `dev: invalid configuration: device "d1": kind "other", want k`,
+		{Kind: "", Address: "h"}: `dev: invalid configuration: device "d1": kind "", want k`,
+	} {
+		if err := transports.CheckKind("d1", dev, "k", testErrs); !errors.Is(err, testErrs.Config) || err.Error() != want {
+			t.Errorf("%+v: %v, want %q", dev, err, want)
+		}
 	}
 }

@@ -21,6 +21,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/leasebridge/leasebridge/routes"
 )
 
 // Transport is one connection a session opens while it owns its lease.
@@ -126,6 +128,23 @@ func Register(kind string, f Factory) {
 		panic(fmt.Sprintf("transports: kind %q registered twice", kind))
 	}
 	registry[kind] = f
+}
+
+// RegisterDevice registers a device transport of kind, built by build
+// from its *routes.Device; any other configuration is refused with
+// errs.Config naming the transport.
+func RegisterDevice[T Transport](kind string, errs DeviceErrors, build func(name string, dev *routes.Device) (T, error)) {
+	Register(kind, func(name string, cfg any) (Transport, error) {
+		dev, ok := cfg.(*routes.Device)
+		if !ok {
+			return nil, fmt.Errorf("%w: transport %q: configuration is %T, want *routes.Device", errs.Config, name, cfg)
+		}
+		t, err := build(name, dev)
+		if err != nil {
+			return nil, err // not a Transport holding a nil pointer
+		}
+		return t, nil
+	})
 }
 
 // New builds a transport of a registered kind.

@@ -3,11 +3,13 @@ package transports_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/leasebridge/leasebridge/routes"
 	"github.com/leasebridge/leasebridge/transports"
 )
 
@@ -38,6 +40,30 @@ func TestRegistry(t *testing.T) {
 		}
 	}()
 	transports.Register("test-nop", nil)
+}
+
+// A device transport's factory refuses a configuration that is not a
+// *routes.Device with the package's ErrConfig, and a failed build returns
+// a nil Transport, not one holding a nil pointer.
+func TestRegisterDevice(t *testing.T) {
+	errs := transports.NewDeviceErrors("testdev")
+	transports.RegisterDevice("test-dev", errs, func(name string, dev *routes.Device) (*nop, error) {
+		if dev.Address == "" {
+			return nil, fmt.Errorf("%w: device %q: address is required", errs.Config, name)
+		}
+		return &nop{name: name}, nil
+	})
+	if tr, err := transports.New("test-dev", "d", &routes.Device{Address: "h"}); err != nil || tr.Name() != "d" {
+		t.Fatalf("New: %v %v", tr, err)
+	}
+	tr, err := transports.New("test-dev", "d", &routes.Device{})
+	if !errors.Is(err, errs.Config) || tr != nil {
+		t.Fatalf("failed build: %#v, %v; want a nil Transport and testdev's ErrConfig", tr, err)
+	}
+	_, err = transports.New("test-dev", "d", routes.Device{})
+	if !errors.Is(err, errs.Config) || !strings.Contains(err.Error(), `transport "d": configuration is routes.Device, want *routes.Device`) {
+		t.Fatalf("another configuration type: %v", err)
+	}
 }
 
 func TestGuardSurvivesDerivedContexts(t *testing.T) {

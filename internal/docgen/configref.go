@@ -137,7 +137,7 @@ func configReference() (string, error) {
 		}
 		queue = append(queue, table(&b, s, fields, defaults)...)
 	}
-	kinds, err := kindSections(defaults)
+	kinds, err := kindSections(defaults, fields)
 	if err != nil {
 		return "", err
 	}
@@ -200,10 +200,11 @@ func table(b *strings.Builder, s section, fields, defaults map[string]string) []
 }
 
 // kindSections lists the registered device kinds with the keys each adds
-// to `devices.*`, to its groups and to its tags, and a key table for each settings struct
-// of a kind, documented from the comments of its package; kinds sharing
-// one struct share its table.
-func kindSections(defaults map[string]string) (string, error) {
+// to `devices.*`, to its groups and to its tags, and a key table for each
+// settings struct of a kind, documented from the comments of its package
+// (and of routes, routesFields, for a routes type it inlines); kinds
+// sharing one struct share its table.
+func kindSections(defaults, routesFields map[string]string) (string, error) {
 	var b strings.Builder
 	b.WriteString("## Device kinds\n\n")
 	b.WriteString("A device's `kind` decides which keys beyond the common ones (`kind`, `address`, the timeouts, `groups`) it may carry, on the device, its groups and its tags; a key of another kind is an error naming the kinds it belongs to.\n\n")
@@ -237,32 +238,44 @@ func kindSections(defaults map[string]string) (string, error) {
 	b.WriteString("\n")
 	// The device tables, then the group and the tag tables.
 	slices.SortStableFunc(owns, func(a, b *own) int { return len(a.path) - len(b.path) })
+	docs := map[string]kindDocs{} // by package, each parsed once
 	for _, o := range owns {
-		if err := settingsTables(&b, o.kinds, section{"`" + o.path + "`", o.path, o.t}, defaults); err != nil {
-			return "", err
+		pkg := o.t.PkgPath()
+		d, ok := docs[pkg]
+		if !ok {
+			var err error
+			if d, err = packageKindDocs(pkg, routesFields); err != nil {
+				return "", err
+			}
+			docs[pkg] = d
 		}
+		settingsTables(&b, o.kinds, section{"`" + o.path + "`", o.path, o.t}, d, defaults)
 	}
 	return b.String(), nil
 }
 
-// settingsTables writes the key table of a settings struct of kinds, and
-// those of the structs below it.
-func settingsTables(b *strings.Builder, kinds []string, s section, defaults map[string]string) error {
-	pkg := s.t.PkgPath()
+// kindDocs are the field and type comments of a kind's package.
+type kindDocs struct{ fields, types map[string]string }
+
+// packageKindDocs reads the comments of the kind package pkg; a field it
+// lacks takes routes' (a kind's settings may inline Credentials).
+func packageKindDocs(pkg string, routesFields map[string]string) (kindDocs, error) {
 	fields, types, err := packageDocs("../../"+strings.TrimPrefix(pkg, module), pkg)
 	if err != nil {
-		return err
+		return kindDocs{}, err
 	}
-	// A kind's settings may inline a routes type (Credentials).
-	shared, _, err := fieldDocs()
-	if err != nil {
-		return err
-	}
-	for k, v := range shared {
+	for k, v := range routesFields {
 		if _, ok := fields[k]; !ok {
 			fields[k] = v
 		}
 	}
+	return kindDocs{fields, types}, nil
+}
+
+// settingsTables writes the key table of a settings struct of kinds, and
+// those of the structs below it.
+func settingsTables(b *strings.Builder, kinds []string, s section, d kindDocs, defaults map[string]string) {
+	pkg := s.t.PkgPath()
 	what := "kind"
 	if len(kinds) > 1 {
 		what = "kinds"
@@ -270,12 +283,11 @@ func settingsTables(b *strings.Builder, kinds []string, s section, defaults map[
 	for queue := []section{s}; len(queue) > 0; queue = queue[1:] {
 		s := queue[0]
 		fmt.Fprintf(b, "## %s of %s %s\n\n", s.title, what, codeList(kinds))
-		if d := types[s.t.Name()]; d != "" {
-			fmt.Fprintf(b, "%s (%s)\n\n", d, strings.TrimPrefix(pkg, module))
+		if doc := d.types[s.t.Name()]; doc != "" {
+			fmt.Fprintf(b, "%s (%s)\n\n", doc, strings.TrimPrefix(pkg, module))
 		}
-		queue = append(queue, table(b, s, fields, defaults)...)
+		queue = append(queue, table(b, s, d.fields, defaults)...)
 	}
-	return nil
 }
 
 // yamlKeys are the keys of the struct t in order, those of its inline

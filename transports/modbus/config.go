@@ -111,18 +111,6 @@ func settings(dev *routes.Device) (*RTUConfig, error) {
 	return nil, fmt.Errorf("settings are %T, want *modbus.Config or *modbus.RTUConfig", dev.Settings)
 }
 
-// settingsOf returns a group's or a tag's settings s as *T: a new zero T
-// for one built in code without any, an error for another kind's.
-func settingsOf[T any](s any) (*T, error) {
-	switch s := s.(type) {
-	case nil:
-		return new(T), nil
-	case *T:
-		return s, nil
-	}
-	return nil, fmt.Errorf("settings are %T, want %T", s, (*T)(nil))
-}
-
 // unitAndOrder are the device's unit id and byte order, defaults for
 // those unset, as the transport uses them.
 func (c *Config) unitAndOrder() (byte, ByteOrder, error) {
@@ -162,7 +150,7 @@ func groupUnits(dev *routes.Device, device byte) (map[*routes.PollGroup]byte, er
 // groupUnit is the unit id of a poll group's requests: its own unit_id,
 // or the device's.
 func groupUnit(pg *routes.PollGroup, device byte) (byte, error) {
-	s, err := settingsOf[GroupConfig](pg.Settings)
+	s, err := routes.SettingsOf[GroupConfig](pg.Settings)
 	if err != nil || s.UnitID == nil {
 		return device, err
 	}
@@ -235,41 +223,41 @@ func checkUnit(u int) error {
 	return nil
 }
 
-// errOrder is the problem of a byte_order that parseOrder refuses.
-func errOrder(s string) error {
-	return fmt.Errorf("byte_order %q: want ABCD, DCBA, BADC or CDAB", s)
-}
+// orderRule is the problem of a byte_order that parseOrder refuses.
+const orderRule = "byte_order %q: want ABCD, DCBA, BADC or CDAB"
+
+// errOrder is orderRule for the transport.
+func errOrder(s string) error { return fmt.Errorf(orderRule, s) }
 
 func checkDevice(c *routes.Config, path string, d *routes.Device) routes.Errors {
-	var errs routes.Errors
-	add := func(p string, err error) { errs = append(errs, c.ErrorAt(p, err.Error())) }
-	if d.Kind == KindTCP && d.Address != "" {
-		if _, err := tcpEndpoint(d); err != nil {
-			add(path+".address", fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "routes: ")))
-		}
-	}
+	// A serial path is refused only when empty, which the common rules
+	// report.
+	errs := c.CheckAddress(path, d)
+	// ErrorAtf clips a written value, perhaps megabytes long, and keeps
+	// the rule after it.
+	add := func(p, format string, args ...any) { errs = append(errs, c.ErrorAtf(p, format, args...)) }
 	s, err := settings(d)
 	if err != nil {
-		add(path, err)
+		add(path, "%v", err)
 		return errs
 	}
 	if u := s.UnitID; u != nil {
 		if err := checkUnit(*u); err != nil {
-			add(path+".unit_id", err)
+			add(path+".unit_id", "%v", err)
 		}
 	}
 	if _, ok := parseOrder(s.ByteOrder); !ok {
-		add(path+".byte_order", errOrder(s.ByteOrder))
+		add(path+".byte_order", orderRule, s.ByteOrder)
 	}
 	if p := s.Serial.Parity; d.Kind == KindRTU && !slices.Contains([]string{"N", "E", "O"}, p) {
-		add(path+".serial.parity", fmt.Errorf("parity %q: want N, E or O", p))
+		add(path+".serial.parity", "parity %q: want N, E or O", p)
 	}
 	for i, g := range d.Groups {
 		if g == nil {
 			continue
 		}
 		if _, err := groupUnit(g, 0); err != nil {
-			add(fmt.Sprintf("%s.groups[%d].unit_id", path, i), err)
+			add(fmt.Sprintf("%s.groups[%d].unit_id", path, i), "%v", err)
 		}
 	}
 	return errs
@@ -279,8 +267,8 @@ func checkDevice(c *routes.Config, path string, d *routes.Device) routes.Errors 
 // the parser the transport uses.
 func checkTag(c *routes.Config, path string, _ *routes.Device, t *routes.Tag) routes.Errors {
 	var errs routes.Errors
-	add := func(p, format string, args ...any) { errs = append(errs, c.ErrorAt(p, fmt.Sprintf(format, args...))) }
-	s, err := settingsOf[TagConfig](t.Settings)
+	add := func(p, format string, args ...any) { errs = append(errs, c.ErrorAtf(p, format, args...)) }
+	s, err := routes.SettingsOf[TagConfig](t.Settings)
 	if err != nil {
 		add(path, "%v", err)
 		return errs
@@ -293,19 +281,19 @@ func checkTag(c *routes.Config, path string, _ *routes.Device, t *routes.Tag) ro
 		add(path+".register", "register %q: want holding, input, coil or discrete", s.Register)
 	}
 	if tb.isBits() && t.Type != "bool" {
-		add(path+".type", "a %s register holds one bit: type must be bool", tb)
+		add(path+".type", "a %s register holds one bit: type must be bool", string(tb))
 	}
 	if t.Type == "bool" && !tb.isBits() && s.Bit == nil {
-		add(path+".bit", "a bool in a %s register needs bit (0..15)", tb)
+		add(path+".bit", "a bool in a %s register needs bit (0..15)", string(tb))
 	}
 	if s.Bit != nil && (*s.Bit < 0 || *s.Bit > 15) {
 		add(path+".bit", "bit %d: want 0..15", *s.Bit)
 	}
 	if _, ok := parseOrder(s.ByteOrder); s.ByteOrder != "" && !ok {
-		add(path+".byte_order", "%v", errOrder(s.ByteOrder))
+		add(path+".byte_order", orderRule, s.ByteOrder)
 	}
 	if t.Writable && (tb == input || tb == discrete) {
-		add(path+".writable", "%s registers are read-only in Modbus", tb)
+		add(path+".writable", "%s registers are read-only in Modbus", string(tb))
 	}
 	return errs
 }

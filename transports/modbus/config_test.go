@@ -173,3 +173,21 @@ func TestGroupUnitID(t *testing.T) {
 	wantOnly(t, cfgBase+"  plc: {kind: modbus_tcp, address: 10.0.0.1, groups: [{name: g, unitid: 2, tags: [{name: x, address: 1, type: int16}]}]}\n"+cfgRoute,
 		`cfg.yaml:7:65: devices.plc.groups[0].unitid: unknown key "unitid" (did you mean "unit_id"?)`)
 }
+
+// A written value megabytes long is clipped in its error; the rule after
+// it stays (routes.Config.ErrorAtf).
+func TestHugeValuesKeepTheRule(t *testing.T) {
+	huge := strings.Repeat("9", 1<<20)
+	got := parseErrors(t, cfgBase+"  plc: {kind: modbus_tcp, address: h, byte_order: X"+huge+
+		", groups: [{name: g, tags: [{name: x, address: \""+huge+"\", type: int16, register: r"+huge+"}]}]}\n"+cfgRoute)
+	all := strings.Join(got, "\n")
+	for _, want := range []string{
+		`...(1048577 bytes)": want ABCD, DCBA, BADC or CDAB`,
+		`...(1048576 bytes)": want a 0-based register number 0..65535`,
+		`...(1048577 bytes)": want holding, input, coil or discrete`,
+	} {
+		if len(got) != 3 || len(all) > 4096 || !strings.Contains(all, want) {
+			t.Errorf("huge values: %.600q, want %q", got, want)
+		}
+	}
+}

@@ -53,16 +53,8 @@ var (
 )
 
 func init() {
-	transports.Register(KindTCP, factory)
-	transports.Register(KindRTU, factory)
-}
-
-func factory(name string, cfg any) (transports.Transport, error) {
-	dev, ok := cfg.(*routes.Device)
-	if !ok {
-		return nil, fmt.Errorf("%w: transport %q: configuration is %T, want *routes.Device", ErrConfig, name, cfg)
-	}
-	return New(name, dev)
+	transports.RegisterDevice(KindTCP, errs, New)
+	transports.RegisterDevice(KindRTU, errs, New)
 }
 
 // ExceptionError is a Modbus exception reply. The device answered, so the

@@ -51,14 +51,12 @@ type tag struct {
 	writable bool
 }
 
-// parseTag validates one tag against the device's defaults. Errors name the
-// tag and the offending field and say what is expected.
+// parseTag validates one tag against the device's defaults; the catalog
+// has checked the rules of every tag (a name, a scale other than 0).
+// Errors name the tag and the offending field and say what is expected.
 func parseTag(tg *routes.Tag, devOrder ByteOrder) (*tag, error) {
 	t := &tag{name: tg.Name, address: tg.Address, bit: -1, scale: tg.Scale, offset: tg.Offset, writable: tg.Writable, length: tg.Length}
-	if tg.Name == "" {
-		return nil, fmt.Errorf("%w: a tag at address %q has no name", ErrConfig, tg.Address)
-	}
-	s, err := settingsOf[TagConfig](tg.Settings)
+	s, err := routes.SettingsOf[TagConfig](tg.Settings)
 	if err != nil {
 		return nil, fmt.Errorf("%w: tag %q: %v", ErrConfig, tg.Name, err)
 	}
@@ -121,9 +119,6 @@ func parseTag(tg *routes.Tag, devOrder ByteOrder) (*tag, error) {
 	}
 	if (t.scale != nil || t.offset != 0) && (typ == tagvalue.TypeBool || typ == tagvalue.TypeString) {
 		return nil, fmt.Errorf("%w: tag %q: scale and offset apply to numbers, not to %s", ErrConfig, tg.Name, typ)
-	}
-	if t.scale != nil && *t.scale == 0 {
-		return nil, fmt.Errorf("%w: tag %q: scale 0 would make every value the offset and writes impossible", ErrConfig, tg.Name)
 	}
 	if int(t.start)+t.count > 65536 {
 		return nil, fmt.Errorf("%w: tag %q: address %q: %d registers from %d run past 65535", ErrAddress, tg.Name, tg.Address, t.count, t.start)

@@ -51,27 +51,21 @@ func init() {
 		Endpoint:  endpoint,
 		Doc:       "An OPC UA server: `address` is an opc.tcp:// endpoint.",
 	})
-	transports.Register(Kind, func(name string, cfg any) (transports.Transport, error) {
-		dev, ok := cfg.(*routes.Device)
-		if !ok {
-			return nil, fmt.Errorf("%w: transport %q: configuration is %T, want *routes.Device", ErrConfig, name, cfg)
-		}
-		return New(name, dev)
-	})
+	transports.RegisterDevice(Kind, errs, New)
 }
 
 // settings is the device's Config; a Device built in code may carry none,
 // which means security None and an anonymous user.
-func settings(dev *routes.Device) (*Config, error) { return routes.SettingsOf[Config](dev) }
+func settings(dev *routes.Device) (*Config, error) { return routes.SettingsOf[Config](dev.Settings) }
 
 // defaults fills security None/None, or SignAndEncrypt with a policy, and
-// the client certificate's files under data_dir, named after the device.
+// the client certificate's files under data_dir, named after the device;
+// routes has given it its Config.
 func defaults(c *routes.Config, name string, d *routes.Device) {
 	s, err := settings(d)
 	if err != nil {
 		return // Check reports it
 	}
-	d.Settings = s
 	s.SecurityPolicy, s.SecurityMode = s.securityNames()
 	if s.CertFile == "" {
 		s.CertFile = filepath.Join(c.DataDir, "opcua", name+"-cert.pem")
@@ -189,7 +183,7 @@ func endpoint(d *routes.Device) (routes.Endpoint, error) {
 	u, err := url.Parse(d.Address)
 	if err != nil || u.Host == "" {
 		// url.Parse quotes its input; an address may hold a password.
-		return routes.Endpoint{}, fmt.Errorf("routes: address: want an endpoint such as opc.tcp://host:4840")
+		return routes.Endpoint{}, fmt.Errorf("%w: address: want an endpoint such as opc.tcp://host:4840", ErrConfig)
 	}
 	hp := u.Host
 	if u.Port() == "" {

@@ -139,11 +139,8 @@ type sub struct {
 
 // New builds a transport for an opcua device, checking every tag.
 func New(name string, dev *routes.Device) (*Transport, error) {
-	if dev == nil {
-		return nil, fmt.Errorf("%w: transport %q: no device", ErrConfig, name)
-	}
-	if dev.Kind != Kind {
-		return nil, fmt.Errorf("%w: device %q: kind %q, want %s", ErrConfig, name, dev.Kind, Kind)
+	if err := transports.CheckKind(name, dev, Kind, errs); err != nil {
+		return nil, err
 	}
 	cfg, err := settings(dev)
 	if err != nil {
@@ -200,10 +197,9 @@ func (t *Transport) group(pg *routes.PollGroup, tags []*tag) *group {
 	return g
 }
 
+// parseTag reads one tag's node id, type and deadband; the catalog has
+// checked the rules of every tag (a name, a scale other than 0).
 func parseTag(tg *routes.Tag) (*tag, error) {
-	if tg.Name == "" {
-		return nil, fmt.Errorf("%w: a tag at address %q has no name", ErrConfig, tg.Address)
-	}
 	n, err := parseNodeID(tg.Address)
 	if err != nil {
 		return nil, fmt.Errorf("%w: tag %q: address %q: %w", ErrAddress, tg.Name, tg.Address, err)
@@ -221,9 +217,6 @@ func parseTag(tg *routes.Tag) (*tag, error) {
 	}
 	if tg.Deadband < 0 {
 		return nil, fmt.Errorf("%w: tag %q: deadband %v must not be negative", ErrConfig, tg.Name, tg.Deadband)
-	}
-	if t.scale != nil && *t.scale == 0 {
-		return nil, fmt.Errorf("%w: tag %q: scale 0 would make every value the offset and writes impossible", ErrConfig, tg.Name)
 	}
 	return t, nil
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 
 	"github.com/leasebridge/leasebridge/routes"
@@ -39,7 +40,7 @@ func init() {
 
 // settings is the device's Config; a Device built in code may carry none,
 // which means rack 0, slot 0.
-func settings(dev *routes.Device) (*Config, error) { return routes.SettingsOf[Config](dev) }
+func settings(dev *routes.Device) (*Config, error) { return routes.SettingsOf[Config](dev.Settings) }
 
 // checkRackSlot is the rule for rack and slot, for the configuration and
 // for a transport built in code.
@@ -62,12 +63,7 @@ func dialAddress(addr string) (string, error) {
 }
 
 func checkDevice(c *routes.Config, path string, d *routes.Device) routes.Errors {
-	var errs routes.Errors
-	if d.Address != "" {
-		if _, err := endpoint(d); err != nil {
-			errs = append(errs, c.ErrorAt(path+".address", strings.TrimPrefix(err.Error(), "routes: ")))
-		}
-	}
+	errs := c.CheckAddress(path, d)
 	if s, err := settings(d); err != nil {
 		errs = append(errs, c.ErrorAt(path, err.Error()))
 	} else if err := checkRackSlot(s); err != nil {
@@ -97,6 +93,11 @@ func checkTag(c *routes.Config, path string, _ *routes.Device, t *routes.Tag) ro
 	msg := err.Error()
 	for _, prefix := range []string{ErrAddress.Error() + ": ", ErrConfig.Error() + ": ", fmt.Sprintf("tag %q: ", t.Name)} {
 		msg = strings.TrimPrefix(msg, prefix)
+	}
+	// The address as an argument of ErrorAtf: one megabytes long is
+	// clipped and the rule after it stays.
+	if rule, ok := strings.CutPrefix(msg, "address "+strconv.Quote(t.Address)+": "); ok {
+		return routes.Errors{c.ErrorAtf(at, "address %q: %s", t.Address, rule)}
 	}
 	return routes.Errors{c.ErrorAt(at, msg)}
 }

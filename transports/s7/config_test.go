@@ -79,6 +79,13 @@ func TestConfigValidationHasPositions(t *testing.T) {
 	)
 }
 
+// A tag without a name is one problem, reported once: by the common rules,
+// not again by the s7 parser.
+func TestNamelessTagIsOneError(t *testing.T) {
+	transporttest.WantConfigErrors(t, cfgBase+"  plc: {kind: s7, address: h, groups: [{name: g, tags: [{address: DB1.DBW0, type: int16}]}]}\n"+cfgRoute,
+		`cfg.yaml:7:57: devices.plc.groups[0].tags[0]: tag has no name`)
+}
+
 // The configuration accepts exactly the addresses the transport reads.
 func TestAddressForms(t *testing.T) {
 	for _, c := range []struct {
@@ -143,5 +150,16 @@ func TestOneCPUTwiceIsRefused(t *testing.T) {
 	}
 	if got := refusals(cfgBase + dev("a", "10.0.0.6", 2) + dev("b", "10.0.0.6:102", 3) + routesOf); got != "" {
 		t.Errorf("two slots: refused %q", got)
+	}
+}
+
+// A tag address megabytes long is clipped in its error; the rule after it
+// stays (routes.Config.ErrorAtf).
+func TestHugeAddressKeepsTheRule(t *testing.T) {
+	huge := strings.Repeat("9", 1<<20)
+	got := transporttest.ConfigErrors(t, cfgBase+"  plc: {kind: s7, address: h, groups: [{name: g, tags: [{name: x, address: \""+huge+"\", type: int16}]}]}\n"+cfgRoute)
+	all := strings.Join(got, "\n")
+	if len(got) != 1 || len(all) > 4096 || !strings.Contains(all, `...(1048576 bytes)": want DB<n>.DBX<byte>.<bit>`) {
+		t.Errorf("huge address: %.600q", got)
 	}
 }

@@ -55,15 +55,7 @@ var (
 	ErrLibrary = errors.New("s7: unsupported gos7 version")
 )
 
-func init() {
-	transports.Register(Kind, func(name string, cfg any) (transports.Transport, error) {
-		dev, ok := cfg.(*routes.Device)
-		if !ok {
-			return nil, fmt.Errorf("%w: transport %q: configuration is %T, want *routes.Device", ErrConfig, name, cfg)
-		}
-		return New(name, dev)
-	})
-}
+func init() { transports.RegisterDevice(Kind, errs, New) }
 
 // ItemError is a data item the PLC answered with an error return code. The
 // PLC answered, so the connection stays open.
@@ -127,11 +119,8 @@ type Transport struct {
 
 // New builds a transport for an s7 device, checking every tag.
 func New(name string, dev *routes.Device) (*Transport, error) {
-	if dev == nil {
-		return nil, fmt.Errorf("%w: transport %q: no device", ErrConfig, name)
-	}
-	if dev.Kind != Kind {
-		return nil, fmt.Errorf("%w: device %q: kind %q, want %s", ErrConfig, name, dev.Kind, Kind)
+	if err := transports.CheckKind(name, dev, Kind, errs); err != nil {
+		return nil, err
 	}
 	cfg, err := settings(dev)
 	if err == nil {

@@ -72,12 +72,10 @@ var (
 	addrForm = `want DB<n>.DBX<byte>.<bit>, DB<n>.DBB<byte>, DB<n>.DBW<byte>, DB<n>.DBD<byte>, DB<n>.DBS<byte> (with length) or DB<n>.STRING<byte>.<length>, or M, I (E) or Q (A) with X/B/W/D, e.g. M10.3, MW20, IB0, QD4`
 )
 
-// parseTag validates one tag. Errors name the tag and the offending field
-// and say what is expected.
+// parseTag validates one tag; the catalog, or the configuration's common
+// rules, have checked those of every tag (a name, a scale other than 0).
+// Errors name the tag and the offending field and say what is expected.
 func parseTag(tg *routes.Tag) (*tag, error) {
-	if tg.Name == "" {
-		return nil, fmt.Errorf("%w: a tag at address %q has no name", ErrConfig, tg.Address)
-	}
 	t := &tag{name: tg.Name, address: tg.Address, bit: -1, scale: tg.Scale, offset: tg.Offset}
 	bad := func(why string) error {
 		return fmt.Errorf("%w: tag %q: address %q: %s", ErrAddress, tg.Name, tg.Address, why)
@@ -191,9 +189,6 @@ func parseTag(tg *routes.Tag) (*tag, error) {
 	}
 	if (t.scale != nil || t.offset != 0) && (typ == tagvalue.TypeBool || typ == tagvalue.TypeString) {
 		return nil, fmt.Errorf("%w: tag %q: scale and offset apply to numbers, not to %s", ErrConfig, tg.Name, typ)
-	}
-	if t.scale != nil && *t.scale == 0 {
-		return nil, fmt.Errorf("%w: tag %q: scale 0 would make every value the offset and writes impossible", ErrConfig, tg.Name)
 	}
 	return t, nil
 }
