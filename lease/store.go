@@ -117,14 +117,6 @@ var (
 	ErrStopped = errors.New("lease: manager stopped")
 )
 
-// RowVersion is one row of a bulk read: the row and its version, or Err
-// when the key's value is not a lease row.
-type RowVersion struct {
-	Row     Row
-	Version int64
-	Err     error
-}
-
 // PrefixReader reads many rows in one call. A RowSource uses it so that
 // the standbys of one process cost one store read per poll, not one per
 // session.
@@ -132,6 +124,8 @@ type PrefixReader interface {
 	// ReadPrefix returns every row whose key starts with prefix, keyed by
 	// key (the session id, as Store's methods take it), in one
 	// linearizable read: it reflects every write that landed before it
-	// was issued. A missing key is a row that does not exist.
-	ReadPrefix(ctx context.Context, prefix string) (map[string]RowVersion, error)
+	// was issued. Each key's Result is what a Read of it would give: the
+	// row and its version, or Err when the key's value is not a lease
+	// row. A missing key is a row that does not exist.
+	ReadPrefix(ctx context.Context, prefix string) (map[string]Result, error)
 }
