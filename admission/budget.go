@@ -104,8 +104,11 @@ type Term struct {
 
 // Report is the outcome of admitting one session.
 type Report struct {
-	Session    string
-	Timing     Timing
+	// Session and Timing are those of the evaluated Inputs.
+	Session string
+	Timing  Timing
+	// OwnerDeath is the owner-death budget (with the takeover deferral
+	// under spread).
 	OwnerDeath Budget
 	// BrokerPath is nil when broker_health_step_down is off or omitted.
 	BrokerPath *Budget
@@ -121,14 +124,18 @@ type Report struct {
 	// is not a row's desired taker waits before taking it over; 0 without
 	// spread.
 	TakeoverDeferral time.Duration
-	FailoverSLO      *time.Duration
-	Activation       time.Duration
-	CloseBound       time.Duration
+	// FailoverSLO is the declared objective; nil when none is declared.
+	FailoverSLO *time.Duration
+	// Activation and CloseBound are the sums of the transports' activation
+	// and close bounds (Inputs.Transports).
+	Activation time.Duration
+	CloseBound time.Duration
 	// FenceAfter is how long after sending its last successful renew the
 	// owner must have closed its transports: lease_ttl - close bound -
 	// clock-rate margin. The lease manager cancels the owner context then.
 	FenceAfter time.Duration
-	Refusals   []string
+	// Refusals say why the session is not admitted; empty when it is.
+	Refusals []string
 }
 
 // Admitted reports whether the session has no refusal.
