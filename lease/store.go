@@ -64,6 +64,10 @@ type Release struct {
 	AtUnixNS int64 `json:"at_unix_ns"`
 }
 
+// ReleaseCauseHandover is the Release.Cause of a planned handover or an
+// orderly stop; a deferring standby (Core.Defer) defers the row it frees.
+const ReleaseCauseHandover = "handover"
+
 // Store is the lease store as the manager needs it. Versions are opaque,
 // strictly increasing per key; 0 means the row does not exist.
 //
