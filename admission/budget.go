@@ -96,6 +96,16 @@ type Budget struct {
 	Terms []Term        `json:"terms"`
 }
 
+// term is the value of b's term name, 0 when b has none.
+func (b Budget) term(name string) time.Duration {
+	for _, t := range b.Terms {
+		if t.Name == name {
+			return t.Value
+		}
+	}
+	return 0
+}
+
 // Term is one named addend of a budget.
 type Term struct {
 	Name  string        `json:"name"`
@@ -383,9 +393,7 @@ func Evaluate(in Inputs) Report {
 		refuse("owner-death budget: %v", err)
 	} else {
 		r.OwnerDeath = od
-	}
-	if in.Spread && err == nil {
-		r.TakeoverDeferral, _ = TakeoverDeferral(t) // computed by ownerDeath
+		r.TakeoverDeferral = od.term("takeover_deferral") // 0 without spread
 	}
 	r.BrokerPathFailover = brokerPathState(in.BrokerHealth)
 	if in.BrokerHealth.Mode == BrokerHealthOn {
