@@ -96,6 +96,16 @@ type Budget struct {
 	Terms []Term        `json:"terms"`
 }
 
+// term is the value of b's term name, 0 when b has none.
+func (b Budget) term(name string) time.Duration {
+	for _, t := range b.Terms {
+		if t.Name == name {
+			return t.Value
+		}
+	}
+	return 0
+}
+
 // Term is one named addend of a budget.
 type Term struct {
 	Name  string        `json:"name"`
@@ -104,8 +114,11 @@ type Term struct {
 
 // Report is the outcome of admitting one session.
 type Report struct {
-	Session    string
-	Timing     Timing
+	// Session and Timing are those of the evaluated Inputs.
+	Session string
+	Timing  Timing
+	// OwnerDeath is the owner-death budget (with the takeover deferral
+	// under spread).
 	OwnerDeath Budget
 	// BrokerPath is nil when broker_health_step_down is off or omitted.
 	BrokerPath *Budget
@@ -121,14 +134,18 @@ type Report struct {
 	// is not a row's desired taker waits before taking it over; 0 without
 	// spread.
 	TakeoverDeferral time.Duration
-	FailoverSLO      *time.Duration
-	Activation       time.Duration
-	CloseBound       time.Duration
+	// FailoverSLO is the declared objective; nil when none is declared.
+	FailoverSLO *time.Duration
+	// Activation and CloseBound are the sums of the transports' activation
+	// and close bounds (Inputs.Transports).
+	Activation time.Duration
+	CloseBound time.Duration
 	// FenceAfter is how long after sending its last successful renew the
 	// owner must have closed its transports: lease_ttl - close bound -
 	// clock-rate margin. The lease manager cancels the owner context then.
 	FenceAfter time.Duration
-	Refusals   []string
+	// Refusals say why the session is not admitted; empty when it is.
+	Refusals []string
 }
 
 // Admitted reports whether the session has no refusal.
@@ -395,8 +412,8 @@ func checkSelfFence(r *Report, refuse func(string, ...any)) {
 	}
 }
 
-// evaluateOwnerDeath sets r.OwnerDeath (and the takeover deferral with
-// spread), or refuses; it returns the budget's error.
+// evaluateOwnerDeath sets r.OwnerDeath and its takeover deferral (0
+// without spread), or refuses; it returns the budget's error.
 func evaluateOwnerDeath(r *Report, in Inputs, refuse func(string, ...any)) error {
 	od, err := ownerDeath(r.Timing, r.Activation, in.StartupAllowance, in.Spread)
 	if err != nil {
@@ -404,9 +421,7 @@ func evaluateOwnerDeath(r *Report, in Inputs, refuse func(string, ...any)) error
 		return err
 	}
 	r.OwnerDeath = od
-	if in.Spread {
-		r.TakeoverDeferral, _ = TakeoverDeferral(r.Timing) // computed by ownerDeath
-	}
+	r.TakeoverDeferral = od.term("takeover_deferral") // 0 without spread
 	return nil
 }
 

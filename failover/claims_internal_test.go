@@ -109,11 +109,7 @@ func TestClaimAhead(t *testing.T) {
 	s.claimAhead("node-a#1")
 	wait()
 	s.dropPreclaim()
-	deadline := time.Now().Add(10 * time.Second) // a test timeout
-	for claimRow(t, other, ids[0]) != "" {
-		if time.Now().After(deadline) {
-			t.Fatal("an unused claim ahead was not released")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testbin.Observe(t, 10*time.Second, func() (bool, string) { // a test timeout
+		return claimRow(t, other, ids[0]) == "", "the release of an unused claim ahead"
+	})
 }

@@ -1,31 +1,13 @@
 package failover_test
 
 import (
-	"bytes"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/leasebridge/leasebridge/internal/testbin"
 )
-
-// lockedBuffer collects a bridge's log lines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // Two fleets (two key_prefix values) on one gateway name the same PLC.
 // Each owns its own lease row, but the second to become owner finds the
@@ -36,16 +18,13 @@ func TestSecondFleetDoesNotOpenAClaimedDevice(t *testing.T) {
 	p := startPeers(t)
 	a := p.bridgeOf(t, "gw", "/fleet-a/", nil)
 	waitFull(t, a, a.report.OwnerDeath.Total)
-	var logs lockedBuffer
+	var logs testbin.SyncBuffer
 	b := p.bridgeOf(t, "gw", "/fleet-b/", &logs)
 
-	deadline := time.Now().Add(b.report.OwnerDeath.Total)
-	for s := b.status(); !s.Owner || s.EndpointConflict == ""; s = b.status() {
-		if time.Now().After(deadline) {
-			t.Fatalf("fleet-b did not report the conflict within its owner-death budget %s: %+v", b.report.OwnerDeath.Total, s)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testbin.Observe(t, b.report.OwnerDeath.Total, func() (bool, string) {
+		s := b.status()
+		return s.Owner && s.EndpointConflict != "", fmt.Sprintf("fleet-b reporting the conflict within its owner-death budget: %+v", s)
+	})
 	endpoint := fmt.Sprintf("modbus_tcp://localhost:%s on gw", p.plc.Addr()[strings.LastIndexByte(p.plc.Addr(), ':')+1:])
 	s := b.status()
 	if s.ServiceLevelFull || !strings.Contains(s.EndpointConflict, endpoint) || !strings.Contains(s.EndpointConflict, `key_prefix "/fleet-a/" session "plc"`) {

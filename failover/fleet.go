@@ -272,7 +272,9 @@ func (f *fleet) nodeRow() lease.NodeRow {
 	return n
 }
 
-// heartbeat writes the node row and updates leasebridge_session_unowned.
+// heartbeat writes the node row, updates leasebridge_session_unowned and,
+// from the rows it read, tells the managers whom to defer (with spread)
+// and asks for a session to pull.
 func (f *fleet) heartbeat(ctx context.Context) {
 	n := f.nodeRow()
 	cctx, cancel := f.call(ctx)
@@ -296,18 +298,20 @@ func (f *fleet) heartbeat(ctx context.Context) {
 		}
 		f.sv.o.Metrics.SessionUnowned.WithLabelValues(name).Set(v)
 	}
-	var nodes map[string]lease.NodeRow
+	var eligible map[string][]string // with spread only
 	if f.sv.o.Config.Spread {
 		cctx, cancel := f.call(ctx)
-		nodes, err = f.store.Nodes(cctx)
+		nodes, err := f.store.Nodes(cctx)
 		cancel()
 		if err != nil {
 			f.sv.o.Logger.Warn("fleet: read node rows", "err", err)
 			return
 		}
-		f.deferTakeovers(rows, nodes)
+		at := time.Now() // the node rows' age is judged after their read
+		eligible = liveEligible(f.all, nodes, at.UnixNano())
+		f.deferTakeovers(rows, eligible, at)
 	}
-	f.pull(ctx, rows, owned, nodes)
+	f.pull(ctx, rows, owned, eligible)
 }
 
 // deferTakeovers tells every lease manager, with spread, whether this
@@ -317,17 +321,17 @@ func (f *fleet) heartbeat(ctx context.Context) {
 // session moves twice. A free row is deferred only while the node starts
 // (for the start window whatever its view, then unless it is the taker,
 // for at most takeover_deferral): nodes starting together land spread at
-// once. A session with a handover
-// request this node may answer is never deferred.
-func (f *fleet) deferTakeovers(rows map[string]lease.VersionedRow, nodes map[string]lease.NodeRow) {
+// once. A session with a handover request this node may answer is never
+// deferred. eligible is liveEligible of the node rows read at now.
+func (f *fleet) deferTakeovers(rows map[string]lease.VersionedRow, eligible map[string][]string, now time.Time) {
 	holders := map[string]string{}
 	for name, r := range rows {
 		if r.Row.Owner != "" {
 			holders[name] = r.Row.Node
 		}
 	}
-	take := takers(f.all, liveEligible(f.all, nodes, time.Now().UnixNano()), holders, f.sv.o.Config.Pinning)
-	age := time.Since(f.started)
+	take := takers(f.all, eligible, holders, f.sv.o.Config.Pinning)
+	age := now.Sub(f.started)
 	f.mu.Lock()
 	requests := f.control.Handovers
 	f.mu.Unlock()
@@ -365,8 +369,8 @@ type heldDeferral struct {
 // sessions and, with spread, the ones rendezvous hashing gives it
 // (desiredOwners). One request at a time: the next after the previous
 // was carried out or lapsed, so a returning node gets work back
-// gradually.
-func (f *fleet) pull(ctx context.Context, rows map[string]lease.VersionedRow, owned map[string]bool, nodes map[string]lease.NodeRow) {
+// gradually. eligible is liveEligible of the node rows (spread only).
+func (f *fleet) pull(ctx context.Context, rows map[string]lease.VersionedRow, owned map[string]bool, eligible map[string][]string) {
 	f.mu.Lock()
 	c, draining := f.control, f.draining
 	f.mu.Unlock()
@@ -387,7 +391,7 @@ func (f *fleet) pull(ctx context.Context, rows map[string]lease.VersionedRow, ow
 				current[name] = r.Row.Node
 			}
 		}
-		desired := desiredOwners(f.all, liveEligible(f.all, nodes, time.Now().UnixNano()), current, cfg.Pinning)
+		desired := desiredOwners(f.all, eligible, current, cfg.Pinning)
 		want = func(s string) bool { return desired[s] == f.node }
 	}
 	for _, s := range f.sv.sessions {

@@ -114,7 +114,8 @@ func takers(sessions []string, eligible map[string][]string, holders map[string]
 	if out == nil {
 		out = map[string]string{}
 	}
-	for _, x := range sortedNames(invert(holders)) {
+	byHolder := invert(holders)
+	for _, x := range sortedNames(byHolder) {
 		without := map[string][]string{}
 		for s, ns := range eligible {
 			without[s] = slices.DeleteFunc(slices.Clone(ns), func(n string) bool { return n == x })
@@ -126,8 +127,8 @@ func takers(sessions []string, eligible map[string][]string, holders map[string]
 			}
 		}
 		d := desiredOwners(sessions, without, rest, pins)
-		for s, n := range holders {
-			if n != x || (out[s] != "" && out[s] != x) {
+		for _, s := range byHolder[x] {
+			if out[s] != "" && out[s] != x {
 				continue
 			}
 			if t := d[s]; t != "" {

@@ -17,6 +17,15 @@ func eligibleOn(sessions []string, nodes ...string) map[string][]string {
 	return out
 }
 
+// sessionNames are n sessions named s00, s01, ...
+func sessionNames(n int) []string {
+	var ss []string
+	for i := range n {
+		ss = append(ss, fmt.Sprintf("s%02d", i))
+	}
+	return ss
+}
+
 func loads(m map[string]string) map[string]int {
 	out := map[string]int{}
 	for _, n := range m {
@@ -39,10 +48,7 @@ func moves(a, b map[string]string) int {
 // owning everything; a node leaving moves only its 10, and coming back
 // moves exactly 10 back.
 func TestDesiredOwnersFairShareMinimumMoves(t *testing.T) {
-	var ss []string
-	for i := range 30 {
-		ss = append(ss, fmt.Sprintf("s%02d", i))
-	}
+	ss := sessionNames(30)
 	three := eligibleOn(ss, "a", "b", "c")
 	cold := desiredOwners(ss, three, nil, noPins)
 	all := map[string]string{}
@@ -101,10 +107,7 @@ func TestDesiredOwnersHonoursPins(t *testing.T) {
 // the assignment afterwards moves nothing more; a free row's taker is its
 // desired owner now.
 func TestTakersIfTheHolderDies(t *testing.T) {
-	var ss []string
-	for i := range 30 {
-		ss = append(ss, fmt.Sprintf("s%02d", i))
-	}
+	ss := sessionNames(30)
 	three := eligibleOn(ss, "a", "b", "c")
 	even := desiredOwners(ss, three, nil, noPins)
 	take := takers(ss, three, even, noPins)

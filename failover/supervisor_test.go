@@ -169,15 +169,11 @@ func (b *bridge) status() failover.SessionStatus { return b.sv.Status()[0] }
 // waitFull waits until the bridge owns the session at ServiceLevelFull.
 func waitFull(t *testing.T, b *bridge, limit time.Duration) time.Time {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for time.Now().Before(deadline) {
-		if s := b.status(); s.Owner && s.ServiceLevelFull {
-			return time.Now()
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatalf("%s did not reach ServiceLevelFull within %s: %+v", b.node, limit, b.status())
-	return time.Time{}
+	at, _ := testbin.Observe(t, limit, func() (bool, string) {
+		s := b.status()
+		return s.Owner && s.ServiceLevelFull, fmt.Sprintf("%s at ServiceLevelFull: %+v", b.node, s)
+	})
+	return at
 }
 
 func get(t *testing.T, url string) (int, string) {

@@ -269,10 +269,6 @@ func (c *Core) deferred(row Row) bool {
 	return c.lastHolder == c.deferOwner && row.Release != nil && row.Release.Cause == ReleaseCauseHandover
 }
 
-// ReleaseCauseHandover is the Release.Cause of a planned handover or an
-// orderly stop.
-const ReleaseCauseHandover = "handover"
-
 // WantsFeed reports whether Feed would act now: a fed standby with no
 // call outstanding and no release asked for.
 func (c *Core) WantsFeed() bool {

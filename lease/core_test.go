@@ -258,17 +258,25 @@ func pollUntil(t *testing.T, c *Core, now time.Duration, r Result) (Step, time.D
 	return Step{}, 0
 }
 
-// A deferring standby takes another owner's stale row TakeoverDeferral
-// later than lease_ttl, and a free row TakeoverDeferral after it first
-// saw it free; a deferral for another owner, or none, changes nothing.
-func TestDeferDelaysTakeoverOnly(t *testing.T) {
-	cfg := testConfig(t, testTiming, 100*time.Millisecond)
+// deferConfig is testConfig with the takeover deferral admission gives
+// testTiming, returned too, and the poll boundary.
+func deferConfig(t *testing.T) (cfg Config, deferral, pb time.Duration) {
+	t.Helper()
+	cfg = testConfig(t, testTiming, 100*time.Millisecond)
 	d, err := admission.TakeoverDeferral(testTiming)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.TakeoverDeferral = d
-	pb, _ := admission.PollBoundary(cfg.AcquirePollInterval)
+	pb, _ = admission.PollBoundary(cfg.AcquirePollInterval)
+	return cfg, d, pb
+}
+
+// A deferring standby takes another owner's stale row TakeoverDeferral
+// later than lease_ttl, and a free row TakeoverDeferral after it first
+// saw it free; a deferral for another owner, or none, changes nothing.
+func TestDeferDelaysTakeoverOnly(t *testing.T) {
+	cfg, d, pb := deferConfig(t)
 	stale := Result{Row: Row{Owner: "n2#b", Node: "n2", Epoch: 3, Timing: cfg.RowTiming()}, Version: 7}
 	free := Result{Row: Row{Epoch: 3}, Version: 8}
 	for _, tc := range []struct {
@@ -300,13 +308,7 @@ func TestDeferDelaysTakeoverOnly(t *testing.T) {
 // A row its deferred holder released in a handover right after this core
 // saw it held is deferred too; one released for a lost path is not.
 func TestDeferFollowsAHandoverRelease(t *testing.T) {
-	cfg := testConfig(t, testTiming, 100*time.Millisecond)
-	d, err := admission.TakeoverDeferral(testTiming)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.TakeoverDeferral = d
-	pb, _ := admission.PollBoundary(cfg.AcquirePollInterval)
+	cfg, d, pb := deferConfig(t)
 	held := Result{Row: Row{Owner: "n2#b", Node: "n2", Epoch: 3, Timing: cfg.RowTiming()}, Version: 7}
 	for _, tc := range []struct {
 		cause    string

@@ -117,12 +117,12 @@ func (m *MemStore) Read(ctx context.Context, key string) (Row, int64, error) {
 }
 
 // ReadPrefix implements PrefixReader under the fault knobs, as one call.
-func (m *MemStore) ReadPrefix(ctx context.Context, prefix string) (map[string]RowVersion, error) {
-	out := map[string]RowVersion{}
+func (m *MemStore) ReadPrefix(ctx context.Context, prefix string) (map[string]Result, error) {
+	out := map[string]Result{}
 	err := m.call(ctx, prefix+"*", false, func() {
 		for k, r := range m.rows {
 			if strings.HasPrefix(k, prefix) {
-				out[k] = RowVersion{Row: r.row, Version: r.ver}
+				out[k] = Result{Row: r.row, Version: r.ver}
 			}
 		}
 	})

@@ -216,7 +216,7 @@ func (g *rowGroup) round() {
 		case err != nil:
 			f.r.Err = err
 		case found:
-			f.r = Result(rv)
+			f.r = rv
 		}
 		select {
 		case <-sub.ch: // replace an undelivered older feed

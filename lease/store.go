@@ -64,6 +64,10 @@ type Release struct {
 	AtUnixNS int64 `json:"at_unix_ns"`
 }
 
+// ReleaseCauseHandover is the Release.Cause of a planned handover or an
+// orderly stop; a deferring standby (Core.Defer) defers the row it frees.
+const ReleaseCauseHandover = "handover"
+
 // Store is the lease store as the manager needs it. Versions are opaque,
 // strictly increasing per key; 0 means the row does not exist.
 //
@@ -117,14 +121,6 @@ var (
 	ErrStopped = errors.New("lease: manager stopped")
 )
 
-// RowVersion is one row of a bulk read: the row and its version, or Err
-// when the key's value is not a lease row.
-type RowVersion struct {
-	Row     Row
-	Version int64
-	Err     error
-}
-
 // PrefixReader reads many rows in one call. A RowSource uses it so that
 // the standbys of one process cost one store read per poll, not one per
 // session.
@@ -132,6 +128,8 @@ type PrefixReader interface {
 	// ReadPrefix returns every row whose key starts with prefix, keyed by
 	// key (the session id, as Store's methods take it), in one
 	// linearizable read: it reflects every write that landed before it
-	// was issued. A missing key is a row that does not exist.
-	ReadPrefix(ctx context.Context, prefix string) (map[string]RowVersion, error)
+	// was issued. Each key's Result is what a Read of it would give: the
+	// row and its version, or Err when the key's value is not a lease
+	// row. A missing key is a row that does not exist.
+	ReadPrefix(ctx context.Context, prefix string) (map[string]Result, error)
 }

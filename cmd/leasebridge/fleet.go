@@ -28,6 +28,7 @@ const fleetCall = 10 * time.Second
 // fleetCmd is what every fleet command shares: the file, its admission
 // reports and a connection to its lease store.
 type fleetCmd struct {
+	file    string
 	cfg     *routes.Config
 	reports []admission.Report
 	store   *etcdstore.Store
@@ -57,7 +58,20 @@ func openFleet(ctx context.Context, fl *flagSet, file string, stderr io.Writer) 
 		fmt.Fprintf(stderr, "leasebridge %s: lease store: %v\n", name, err)
 		return nil, exitStoreDown
 	}
-	return &fleetCmd{cfg: cfg, reports: built.Admit(), store: store}, exitOK
+	return &fleetCmd{file: file, cfg: cfg, reports: built.Admit(), store: store}, exitOK
+}
+
+// withFleet opens file's fleet and runs do on it, both within fleetCall;
+// it returns openFleet's status when the fleet cannot be opened.
+func withFleet(fl *flagSet, file string, stderr io.Writer, do func(context.Context, *fleetCmd) int) int {
+	ctx, cancel := context.WithTimeout(context.Background(), fleetCall)
+	defer cancel()
+	fc, code := openFleet(ctx, fl, file, stderr)
+	if fc == nil {
+		return code
+	}
+	defer fc.store.Close()
+	return do(ctx, fc)
 }
 
 // parsePositional parses flags and exactly one positional argument, first
@@ -108,19 +122,17 @@ func status(args []string, stdout, stderr io.Writer) int {
 	if err := fl.parse(args); err != nil {
 		return flagStatus(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), fleetCall)
-	defer cancel()
-	fc, code := openFleet(ctx, fl, *file, stderr)
-	if fc == nil {
-		return code
-	}
-	defer fc.store.Close()
+	return withFleet(fl, *file, stderr, func(ctx context.Context, fc *fleetCmd) int { return printStatus(ctx, fc, *asJSON, stdout, stderr) })
+}
+
+// printStatus prints the fleet view of fc, as JSON or as tables.
+func printStatus(ctx context.Context, fc *fleetCmd, asJSON bool, stdout, stderr io.Writer) int {
 	st, err := failover.ReadFleetStatus(ctx, fc.cfg, fc.reports, fc.store, time.Now())
 	if err != nil {
 		fmt.Fprintf(stderr, "leasebridge status: %v\n", err)
 		return exitStoreDown
 	}
-	if *asJSON {
+	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(st)
@@ -204,16 +216,17 @@ func handover(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return flagStatus(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), fleetCall)
-	defer cancel()
-	fc, code := openFleet(ctx, fl, *file, stderr)
-	if fc == nil {
-		return code
-	}
-	defer fc.store.Close()
+	return withFleet(fl, *file, stderr, func(ctx context.Context, fc *fleetCmd) int {
+		return requestHandover(ctx, fc, session, *to, stdout, stderr)
+	})
+}
+
+// requestHandover asks for the handover of session to (empty: anyone) and
+// waits for it, as handover says.
+func requestHandover(ctx context.Context, fc *fleetCmd, session, to string, stdout, stderr io.Writer) int {
 	i := slices.IndexFunc(fc.reports, func(r admission.Report) bool { return r.Session == session })
 	if i < 0 {
-		fmt.Fprintf(stderr, "leasebridge handover: %s has no session %q\n", *file, session)
+		fmt.Fprintf(stderr, "leasebridge handover: %s has no session %q\n", fc.file, session)
 		return exitInvalid
 	}
 	rep := fc.reports[i]
@@ -228,13 +241,13 @@ func handover(args []string, stdout, stderr io.Writer) int {
 		return exitStoreDown
 	}
 	fs := st.Sessions[slices.IndexFunc(st.Sessions, func(s failover.FleetSession) bool { return s.Session == session })]
-	if why := refuseHandover(fs, *to); why != "" {
+	if why := refuseHandover(fs, to); why != "" {
 		fmt.Fprintf(stderr, "leasebridge handover: session %s: %s\n", session, why)
 		return exitRefused
 	}
-	fmt.Fprintf(stdout, "handover of %s from %s (epoch %d) to %s\nhandover budget %s = %s\n", session, fs.Node, fs.Epoch, orDash(*to),
+	fmt.Fprintf(stdout, "handover of %s from %s (epoch %d) to %s\nhandover budget %s = %s\n", session, fs.Node, fs.Epoch, orDash(to),
 		admission.FormatSeconds(budget.Total), formatTerms(budget))
-	req := lease.HandoverRequest{Session: session, Epoch: fs.Epoch, Owner: fs.Owner, To: *to, RequestedAt: time.Now().UnixNano()}
+	req := lease.HandoverRequest{Session: session, Epoch: fs.Epoch, Owner: fs.Owner, To: to, RequestedAt: time.Now().UnixNano()}
 	start := time.Now()
 	// The request lapses after twice the budget if nobody clears it.
 	if err := fc.store.RequestHandover(ctx, req, 2*budget.Total); err != nil {
@@ -301,22 +314,20 @@ func drain(name string, on bool) func(args []string, stdout, stderr io.Writer) i
 		if err != nil {
 			return flagStatus(err)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), fleetCall)
-		defer cancel()
-		fc, code := openFleet(ctx, fl, *file, stderr)
-		if fc == nil {
-			return code
-		}
-		defer fc.store.Close()
-		if err := fc.store.SetDrain(ctx, node, on); err != nil {
-			fmt.Fprintf(stderr, "leasebridge %s: %v\n", name, err)
-			return exitStoreDown
-		}
-		if on {
-			fmt.Fprintf(stdout, "drain of %s requested: it stops competing and hands its sessions over one at a time, each within its handover budget; `leasebridge status` shows the progress\n", node)
-		} else {
-			fmt.Fprintf(stdout, "drain of %s lifted: it competes for its sessions again\n", node)
-		}
-		return exitOK
+		return withFleet(fl, *file, stderr, func(ctx context.Context, fc *fleetCmd) int { return setDrain(ctx, fc, name, node, on, stdout, stderr) })
 	}
+}
+
+// setDrain writes (on) or deletes the drain request of node.
+func setDrain(ctx context.Context, fc *fleetCmd, name, node string, on bool, stdout, stderr io.Writer) int {
+	if err := fc.store.SetDrain(ctx, node, on); err != nil {
+		fmt.Fprintf(stderr, "leasebridge %s: %v\n", name, err)
+		return exitStoreDown
+	}
+	if on {
+		fmt.Fprintf(stdout, "drain of %s requested: it stops competing and hands its sessions over one at a time, each within its handover budget; `leasebridge status` shows the progress\n", node)
+	} else {
+		fmt.Fprintf(stdout, "drain of %s lifted: it competes for its sessions again\n", node)
+	}
+	return exitOK
 }

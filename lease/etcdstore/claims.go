@@ -86,7 +86,7 @@ type claimLease struct {
 // claimLeaseOf returns the store's claim lease of ttl, granting it (and
 // starting its keep-alive) when there is none yet or fresh is true.
 func (s *Store) claimLeaseOf(ctx context.Context, ttl time.Duration, fresh bool) (clientv3.LeaseID, error) {
-	secs := int64(math.Ceil(max(ttl, time.Second).Seconds()))
+	secs := leaseSecs(ttl)
 	s.cmu.Lock()
 	defer s.cmu.Unlock()
 	if s.leases == nil {
@@ -149,11 +149,14 @@ func (s *Store) putClaims(ctx context.Context, endpoints []string, c lease.Claim
 	return 0, fmt.Errorf("%w: claim %v: the rows kept changing over %d attempts", lease.ErrUnavailable, endpoints, claimAttempts)
 }
 
-// grant grants an etcd lease of ttl rounded up to whole seconds, at least
-// one: etcd counts lease TTLs in seconds.
+// grant grants an etcd lease of ttl (leaseSecs).
 func (s *Store) grant(ctx context.Context, ttl time.Duration) (*clientv3.LeaseGrantResponse, error) {
-	return s.cli.Grant(ctx, int64(math.Ceil(max(ttl, time.Second).Seconds())))
+	return s.cli.Grant(ctx, leaseSecs(ttl))
 }
+
+// leaseSecs is ttl rounded up to whole seconds, at least one: etcd counts
+// lease TTLs in seconds.
+func leaseSecs(ttl time.Duration) int64 { return int64(math.Ceil(max(ttl, time.Second).Seconds())) }
 
 // keepAlive keeps lease id alive until ctx ends, starting over when the
 // client's keep-alive stream halts (a store without a leader): a lapsed

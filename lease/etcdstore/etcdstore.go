@@ -167,7 +167,7 @@ func (s *Store) Ping(ctx context.Context) error {
 // over KeyPrefix + prefix. Keys come back without KeyPrefix; a value that
 // is not a lease row (another tool's key under the prefix) carries its
 // decoding error.
-func (s *Store) ReadPrefix(ctx context.Context, prefix string) (map[string]lease.RowVersion, error) {
+func (s *Store) ReadPrefix(ctx context.Context, prefix string) (map[string]lease.Result, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	p := s.prefix + prefix
@@ -175,12 +175,12 @@ func (s *Store) ReadPrefix(ctx context.Context, prefix string) (map[string]lease
 	if err != nil {
 		return nil, fmt.Errorf("%w: read prefix %q: %w", lease.ErrUnavailable, p, err)
 	}
-	out := make(map[string]lease.RowVersion, len(resp.Kvs))
+	out := make(map[string]lease.Result, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
 		row, err := decodeRow(kv)
-		rv := lease.RowVersion{Row: row, Version: kv.ModRevision}
+		rv := lease.Result{Row: row, Version: kv.ModRevision}
 		if err != nil {
-			rv = lease.RowVersion{Err: err}
+			rv = lease.Result{Err: err}
 		}
 		out[strings.TrimPrefix(string(kv.Key), s.prefix)] = rv
 	}

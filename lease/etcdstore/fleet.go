@@ -210,18 +210,14 @@ func (s *Store) WatchRow(ctx context.Context, key string) <-chan struct{} {
 // WatchRowValues implements lease.RowWatcher.
 func (s *Store) WatchRowValues(ctx context.Context, key string) <-chan lease.VersionedRow {
 	out := make(chan lease.VersionedRow, 1)
+	// The watch's goroutine is the only sender: once an older row nobody
+	// read is dropped, the send cannot block.
 	send := func(r lease.VersionedRow) {
-		for {
-			select {
-			case out <- r:
-				return
-			default:
-			}
-			select {
-			case <-out: // an older row nobody read
-			default:
-			}
+		select {
+		case <-out:
+		default:
 		}
+		out <- r
 	}
 	s.watchEach(ctx, s.prefix+key, func(evs []*clientv3.Event) {
 		last := evs[len(evs)-1]

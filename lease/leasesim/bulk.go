@@ -17,7 +17,7 @@ import (
 func (s *sim) bulkRead(n *node) {
 	sent := n.local(s.now)
 	over := false
-	end := func(rows map[string]lease.RowVersion, err error) {
+	end := func(rows map[string]lease.Result, err error) {
 		if over {
 			return
 		}
@@ -29,7 +29,7 @@ func (s *sim) bulkRead(n *node) {
 			}
 			r := lease.Result{Err: err}
 			if rv, ok := rows[s.keys[m.session]]; ok && err == nil {
-				r = lease.Result(rv)
+				r = rv
 			}
 			s.handle(m, m.core.Feed(n.local(s.now), sent, r))
 		}
