@@ -191,7 +191,7 @@ func (f *fleet) onHandover(ctx context.Context, s *session, req lease.HandoverRe
 		go s.take(ctx, req)
 	default:
 		go func() {
-			_ = s.yield(&pause{reason: "handover to " + req.To, from: req.Owner, until: time.Now().Add(s.handoverBudget())})
+			_ = s.yield(&pause{reason: "handover to " + req.To, from: req.Owner, epoch: req.Epoch, until: time.Now().Add(s.handoverBudget())})
 		}()
 	}
 }
@@ -235,7 +235,7 @@ func (f *fleet) waitOwnedElsewhere(ctx context.Context, s *session, me string, u
 	ctx, cancel := context.WithDeadline(ctx, until)
 	defer cancel()
 	row := f.store.WatchRow(ctx, s.name)
-	for !s.ownedOtherThan(ctx, me) {
+	for !s.movedOn(ctx, me, 0) {
 		select {
 		case <-ctx.Done():
 			return

@@ -14,12 +14,15 @@ import (
 var errYielding = errors.New("failover: session already yielding or stopping")
 
 // pause keeps a yielded session from competing for its row. It is over
-// when another owner than from holds the row, or at until, whichever is
-// first; with drain, when this node is no longer draining. While the node
-// drains no pause is over.
+// when another owner than from holds the row, when the row has seen a
+// term after epoch (the next owner may already have handed it on: a
+// handover back to this node must not find it still sitting out), or at
+// until, whichever is first; with drain, when this node is no longer
+// draining. While the node drains no pause is over.
 type pause struct {
 	reason string
 	from   string
+	epoch  uint64
 	until  time.Time
 	drain  bool
 }
@@ -116,16 +119,17 @@ func (s *session) pauseOver(ctx context.Context, p *pause) bool {
 	case !p.until.IsZero() && !time.Now().Before(p.until):
 		return true
 	}
-	return s.ownedOtherThan(ctx, p.from)
+	return s.movedOn(ctx, p.from, p.epoch)
 }
 
-// ownedOtherThan reads the session's row, within one renew call's
-// timeout, and reports whether it names an owner other than from.
-func (s *session) ownedOtherThan(ctx context.Context, from string) bool {
+// movedOn reads the session's row, within one renew call's timeout, and
+// reports whether it names an owner other than from, or (epoch > 0) an
+// epoch after epoch: a later term, owned or already released again.
+func (s *session) movedOn(ctx context.Context, from string, epoch uint64) bool {
 	rctx, cancel := context.WithTimeout(ctx, s.report.Timing.RenewCallTimeout)
 	defer cancel()
 	row, _, err := s.sup.o.Store.Read(rctx, s.name)
-	return err == nil && row.Owner != "" && row.Owner != from
+	return err == nil && ((row.Owner != "" && row.Owner != from) || (epoch > 0 && row.Epoch > epoch))
 }
 
 // handoverBudget is the session's admitted handover budget; it also
@@ -146,7 +150,7 @@ func (s *session) giveAway(req lease.HandoverRequest) {
 	me := s.sup.o.Identity.Owner
 	start := time.Now()
 	budget := s.handoverBudget()
-	if err := s.yield(&pause{reason: "handover", from: me, until: start.Add(budget)}); err != nil {
+	if err := s.yield(&pause{reason: "handover", from: me, epoch: req.Epoch, until: start.Add(budget)}); err != nil {
 		s.log.Error("handover: release failed", "to", req.To, "err", err)
 		return
 	}
