@@ -41,18 +41,6 @@ func (s *session) endpointIDs() []string {
 // must not activate. A store that does not answer is not: claims only
 // detect a second fleet, the lease row keeps the device exclusive.
 func (s *session) claimEndpoints(ctx context.Context, ownerID string) (release func(), err error) {
-	if p := s.takePreclaim(); p != nil {
-		select {
-		case <-p.done:
-		case <-ctx.Done():
-			go releasePreclaim(p)
-			return func() {}, ctx.Err()
-		}
-		if p.release != nil {
-			s.setConflict("")
-			return p.release, nil
-		}
-	}
 	o := s.sup.o
 	release = func() {}
 	ids := s.endpointIDs()
@@ -60,8 +48,18 @@ func (s *session) claimEndpoints(ctx context.Context, ownerID string) (release f
 		return release, nil
 	}
 	t := s.report.Timing
+	// One renew_call_timeout in all (admission's lease:endpoint_claim): a
+	// handover's preclaim is waited for within it, and a claim after a
+	// failed preclaim gets what is left of it.
 	cctx, cancel := context.WithTimeout(ctx, t.RenewCallTimeout)
 	defer cancel()
+	if rel := s.usePreclaim(cctx); rel != nil {
+		s.setConflict("")
+		return rel, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return release, err
+	}
 	mine := s.claim(ownerID)
 	free, err := o.Claims.Claim(cctx, ids, mine, t.LeaseTTL)
 	var conflict *lease.ClaimConflict
@@ -150,6 +148,23 @@ func (s *session) takePreclaim() *preclaim {
 	p := s.pre
 	s.pre = nil
 	return p
+}
+
+// usePreclaim waits, until ctx ends, for the session's preclaim (if any)
+// and returns its release when it holds the endpoints; nil otherwise. A
+// preclaim not waited out is released in the background.
+func (s *session) usePreclaim(ctx context.Context) func() {
+	p := s.takePreclaim()
+	if p == nil {
+		return nil
+	}
+	select {
+	case <-p.done:
+		return p.release
+	case <-ctx.Done():
+		go releasePreclaim(p)
+		return nil
+	}
 }
 
 // dropPreclaim releases a preclaim nobody used (a takeover that failed,
