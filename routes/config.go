@@ -69,6 +69,29 @@ type LeaseStore struct {
 	// TLS is the client TLS setup for https endpoints.
 	TLS         *TLS `yaml:"tls"`
 	Credentials `yaml:",inline"`
+	// Members, when set, make the fleet its own lease store: each entry is
+	// one etcd member run by `leasebridge store` on the node of that name,
+	// and every bridge of the fleet uses their client URLs as endpoints.
+	Members []StoreMember `yaml:"members"`
+	// HeartbeatInterval is the members' raft heartbeat (etcd's
+	// --heartbeat-interval).
+	HeartbeatInterval Duration `yaml:"heartbeat_interval"`
+	// ElectionTimeout is the members' raft election timeout (etcd's
+	// --election-timeout); admission charges the store's recovery from it.
+	ElectionTimeout Duration `yaml:"election_timeout"`
+	// Plaintext, when true, runs the members and their clients without
+	// TLS; only ever on a trusted, isolated network.
+	Plaintext bool `yaml:"plaintext"`
+}
+
+// StoreMember is one member of a fleet-run lease store.
+type StoreMember struct {
+	// Name is the node name of the gateway or pod that runs the member.
+	Name string `yaml:"name"`
+	// PeerURL is where the other members reach this one (raft traffic).
+	PeerURL string `yaml:"peer_url"`
+	// ClientURL is where bridges and tools reach this member.
+	ClientURL string `yaml:"client_url"`
 }
 
 // Credentials are a user name and a password read from a file or an

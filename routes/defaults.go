@@ -14,8 +14,12 @@ import (
 // Defaults of every optional field. docs/configuration.md lists them from
 // this file.
 const (
-	DefaultKeyPrefix       = "/leasebridge/leases/"
-	DefaultDialTimeout     = 5 * time.Second
+	DefaultKeyPrefix   = "/leasebridge/leases/"
+	DefaultDialTimeout = 5 * time.Second
+	// DefaultStoreHeartbeat and DefaultStoreElection are etcd's own
+	// defaults for a fleet-run store's members.
+	DefaultStoreHeartbeat  = 100 * time.Millisecond
+	DefaultStoreElection   = time.Second
 	DefaultHTTPListen      = "127.0.0.1:9464"
 	DefaultDataDir         = "/var/lib/leasebridge"
 	DefaultClientID        = "leasebridge-{session}"
@@ -74,6 +78,8 @@ func (c *Config) applyDefaults() {
 	setStr(&c.DataDir, DefaultDataDir)
 	setStr(&c.LeaseStore.KeyPrefix, DefaultKeyPrefix)
 	setDur(&c.LeaseStore.DialTimeout, DefaultDialTimeout)
+	setDur(&c.LeaseStore.HeartbeatInterval, DefaultStoreHeartbeat)
+	setDur(&c.LeaseStore.ElectionTimeout, DefaultStoreElection)
 	for _, b := range c.Brokers {
 		if b == nil {
 			continue
