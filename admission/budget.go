@@ -88,6 +88,11 @@ type Inputs struct {
 	// desired taker defers its takeover by TakeoverDeferral, which the
 	// owner-death budget then includes.
 	Spread bool
+	// Store is the raft timing of the lease store when the fleet runs it
+	// itself (lease_store.members); nil otherwise. With it the owner-death
+	// budget has a store_recovery term, and a store election that can
+	// outlast what the owner's fence deadline tolerates is warned about.
+	Store *Store
 }
 
 // Budget is one failure mode's worst case, term by term.
@@ -144,8 +149,14 @@ type Report struct {
 	// owner must have closed its transports: lease_ttl - close bound -
 	// clock-rate margin. The lease manager cancels the owner context then.
 	FenceAfter time.Duration
+	// StoreElection is E, the bound on the store's leader election
+	// (StoreElection); 0 unless the fleet runs its lease store itself.
+	StoreElection time.Duration
 	// Refusals say why the session is not admitted; empty when it is.
 	Refusals []string
+	// Warnings name risks that do not refuse the session, each with its
+	// numbers and the change that avoids it.
+	Warnings []string
 }
 
 // Admitted reports whether the session has no refusal.
@@ -170,7 +181,7 @@ func ClockRateMargin(leaseTTL time.Duration) time.Duration {
 // OwnerDeath is the owner-death budget:
 // L + 2*pb + (1 + ceil(L/mjp))*C + A + S.
 func OwnerDeath(t Timing, activation, startup time.Duration) (Budget, error) {
-	return ownerDeath(t, activation, startup, false)
+	return ownerDeath(t, activation, startup, false, nil)
 }
 
 // OwnerDeathSpread is the owner-death budget with spread on: a standby
@@ -179,7 +190,15 @@ func OwnerDeath(t Timing, activation, startup time.Duration) (Budget, error) {
 // too the others take over that much later:
 // L + 2*pb + (1 + ceil(L/mjp))*C + A + S + (2*pb + 3*C).
 func OwnerDeathSpread(t Timing, activation, startup time.Duration) (Budget, error) {
-	return ownerDeath(t, activation, startup, true)
+	return ownerDeath(t, activation, startup, true, nil)
+}
+
+// OwnerDeathOnStore is the owner-death budget of a fleet that runs its
+// lease store s itself: the node that dies may take the store's leader
+// with it, so the budget has the store_recovery term (StoreRecovery),
+// after observation_calls, and the takeover deferral under spread.
+func OwnerDeathOnStore(t Timing, activation, startup time.Duration, spread bool, s Store) (Budget, error) {
+	return ownerDeath(t, activation, startup, spread, &s)
 }
 
 // TakeoverDeferral is 2*pb + 3*C: long enough that the desired taker,
@@ -197,24 +216,28 @@ func TakeoverDeferral(t Timing) (time.Duration, error) {
 	return d, c.err
 }
 
-func ownerDeath(t Timing, activation, startup time.Duration, spread bool) (Budget, error) {
+// ownerDeath is the owner-death budget; store is nil unless the fleet
+// runs its lease store itself, and only then has the budget a
+// store_recovery term.
+func ownerDeath(t Timing, activation, startup time.Duration, spread bool, store *Store) (Budget, error) {
 	var c calc
 	pb, err := PollBoundary(t.AcquirePollInterval)
 	if err != nil {
 		return Budget{}, fmt.Errorf("%w (poll_boundaries)", err)
 	}
-	mjp := MinJitteredPoll(t.AcquirePollInterval)
-	rounds := int64(1)
-	if t.LeaseTTL > 0 {
-		rounds += ceilDiv(int64(t.LeaseTTL), int64(mjp))
-	}
 	terms := []Term{
 		{"lease_ttl", t.LeaseTTL},
 		{"poll_boundaries", c.mul("poll_boundaries", pb, 2)},
-		{"observation_calls", c.mul("observation_calls", t.RenewCallTimeout, rounds)},
-		{"activation", activation},
-		{"startup_allowance", startup},
+		{"observation_calls", observationCalls(&c, t)},
 	}
+	if store != nil {
+		d, err := StoreRecovery(t, *store)
+		if err != nil {
+			return Budget{}, err
+		}
+		terms = append(terms, Term{"store_recovery", d})
+	}
+	terms = append(terms, Term{"activation", activation}, Term{"startup_allowance", startup})
 	if spread {
 		d, err := TakeoverDeferral(t)
 		if err != nil {
@@ -332,6 +355,7 @@ func Evaluate(in Inputs) Report {
 	}
 	checkSelfFence(&r, refuse)
 	odErr := evaluateOwnerDeath(&r, in, refuse)
+	checkElectionFence(&r, in, refuse)
 	r.BrokerPathFailover = brokerPathState(in.BrokerHealth)
 	if in.BrokerHealth.Mode == BrokerHealthOn {
 		bp, err := BrokerPath(r.Timing, in.BrokerHealth.Threshold, r.Activation, in.StartupAllowance)
@@ -386,6 +410,7 @@ func checkRanges(in Inputs, refuse func(string, ...any)) {
 	if in.FailoverSLO != nil && *in.FailoverSLO <= 0 {
 		refuse("failover_slo = %s: must be > 0", fs(*in.FailoverSLO))
 	}
+	checkStore(in.Store, refuse)
 }
 
 // checkSelfFence sets r.FenceAfter and refuses a timing whose renew round
@@ -415,7 +440,7 @@ func checkSelfFence(r *Report, refuse func(string, ...any)) {
 // evaluateOwnerDeath sets r.OwnerDeath and its takeover deferral (0
 // without spread), or refuses; it returns the budget's error.
 func evaluateOwnerDeath(r *Report, in Inputs, refuse func(string, ...any)) error {
-	od, err := ownerDeath(r.Timing, r.Activation, in.StartupAllowance, in.Spread)
+	od, err := ownerDeath(r.Timing, r.Activation, in.StartupAllowance, in.Spread, in.Store)
 	if err != nil {
 		refuse("owner-death budget: %v", err)
 		return err

@@ -70,6 +70,16 @@ func (c *Config) effective(r *Route) Manager {
 	}
 }
 
+// storeTiming is the raft timing admission charges the store's recovery
+// from when the fleet runs its lease store itself (lease_store.members):
+// a node's death can then take the store's leader with it. Nil otherwise.
+func (c *Config) storeTiming() *admission.Store {
+	if len(c.LeaseStore.Members) == 0 {
+		return nil
+	}
+	return &admission.Store{HeartbeatInterval: c.LeaseStore.HeartbeatInterval.D(), ElectionTimeout: c.LeaseStore.ElectionTimeout.D()}
+}
+
 // Bounds are the activation and close bounds of the transports built from
 // a configuration's devices and brokers, keyed by entry ("devices.plc",
 // "brokers.local"), each named as its transport names itself. routes holds
@@ -172,6 +182,7 @@ func (c *Config) Sessions(b Bounds) []Session {
 		sort.Slice(views, func(i, j int) bool { return views[i].route.Name < views[j].route.Name })
 		s := Session{Name: name, Inputs: views[0].inputs}
 		s.Inputs.Spread = c.Spread
+		s.Inputs.Store = c.storeTiming()
 		for _, v := range views {
 			s.Routes = append(s.Routes, v.route.Name)
 		}

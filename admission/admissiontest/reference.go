@@ -1,5 +1,5 @@
 // Package admissiontest is an independent reference for the budget formulas
-// of DESIGN.md, written with arbitrary-precision integers so it can neither
+// of docs/failover-budget.md, written with arbitrary-precision integers so it can neither
 // overflow nor share a bug with the checked int64 arithmetic it verifies.
 package admissiontest
 
@@ -8,9 +8,12 @@ import (
 	"time"
 )
 
-// Timing are the reference inputs in nanoseconds.
+// Timing are the reference inputs in nanoseconds; HB and ET are the
+// lease store members' heartbeat_interval and election_timeout, used only
+// by the fleet-store formulas.
 type Timing struct {
 	L, R, J, C, P, G, A, S, B int64
+	HB, ET                    int64
 }
 
 func bi(v int64) *big.Int { return big.NewInt(v) }
@@ -84,6 +87,34 @@ func DevicePath(t Timing) *big.Int {
 	sum.Add(sum, new(big.Int).Mul(bi(2), PollBoundary(t.P)))
 	sum.Add(sum, new(big.Int).Mul(bi(4), bi(t.C)))
 	return sum
+}
+
+// StoreElection is E = 4*ET + 3*HB + 500ms.
+func StoreElection(t Timing) *big.Int {
+	e := new(big.Int).Mul(bi(4), bi(t.ET))
+	e.Add(e, new(big.Int).Mul(bi(3), bi(t.HB)))
+	return e.Add(e, bi(int64(500*time.Millisecond)))
+}
+
+// StoreRecovery is max(0, E + 3*C - (1 + ceil(L/mjp))*C).
+func StoreRecovery(t Timing) *big.Int {
+	need := new(big.Int).Add(StoreElection(t), new(big.Int).Mul(bi(3), bi(t.C)))
+	rounds := new(big.Int).Add(bi(1), ceilDiv(bi(t.L), MinJitteredPoll(t.P)))
+	need.Sub(need, new(big.Int).Mul(rounds, bi(t.C)))
+	return maxBig(need, bi(0))
+}
+
+// OwnerDeathOnStore is OwnerDeath + StoreRecovery: the owner-death budget
+// of a fleet that runs its lease store itself.
+func OwnerDeathOnStore(t Timing) *big.Int {
+	return new(big.Int).Add(OwnerDeath(t), StoreRecovery(t))
+}
+
+// ElectionRideThrough is E + 4*C + 2*R + J.
+func ElectionRideThrough(t Timing) *big.Int {
+	d := new(big.Int).Add(StoreElection(t), new(big.Int).Mul(bi(4), bi(t.C)))
+	d.Add(d, new(big.Int).Mul(bi(2), bi(t.R)))
+	return d.Add(d, bi(t.J))
 }
 
 // Fits reports whether v is representable as int64 nanoseconds.
