@@ -406,3 +406,78 @@ devices:
 		}
 	}
 }
+
+// storeConfig is a clustered file at the lab's lease timing; members are
+// written only when withMembers.
+func storeConfig(withMembers bool, heartbeat, election string) string {
+	y := `deployment_mode: clustered
+lease_store:
+  endpoints: ["http://127.0.0.1:2379"]
+  heartbeat_interval: ` + heartbeat + `
+  election_timeout: ` + election + `
+`
+	if withMembers {
+		y += `  plaintext: true
+  members:
+    - {name: a, peer_url: "http://127.0.0.1:2380", client_url: "http://127.0.0.1:2379"}
+    - {name: b, peer_url: "http://127.0.0.1:2382", client_url: "http://127.0.0.1:2381"}
+    - {name: c, peer_url: "http://127.0.0.1:2384", client_url: "http://127.0.0.1:2383"}
+`
+	}
+	const timeouts = "connect_timeout: 1s, reconcile_timeout: 1s, unmatched_grace: 300ms, close_timeout: 200ms"
+	return y + `manager:
+  lease_ttl: 2s
+  renew_interval: 300ms
+  lease_renew_jitter: 100ms
+  renew_call_timeout: 200ms
+  acquire_poll_interval: 200ms
+  step_down_grace: 300ms
+  broker_health_step_down: 1s
+brokers:
+  local: {url: "tcp://127.0.0.1:1883", ` + timeouts + `}
+  far: {url: "tcp://127.0.0.1:1884", ` + timeouts + `}
+routes:
+  - {name: up, session: up, kind: bridge, broker: local, remote: far, topics: [{from: "a/#"}]}
+`
+}
+
+// With lease_store.members admit prints the store_recovery term, the
+// election bound and the election-fence warning in text, JSON and GitHub
+// annotations; without them there is no term, no bound and no warning.
+func TestAdmitStoreRecovery(t *testing.T) {
+	for _, tc := range []struct {
+		members             bool
+		heartbeat, election string
+		term                int64 // -1: absent
+		warn                bool
+	}{
+		// E = 4s + 0.3s + 0.5s = 4.8s: 4.8s + 0.6s - 3s observation calls.
+		{true, "100ms", "1s", int64(2400 * time.Millisecond), true},
+		// E = 0.4s + 0.03s + 0.5s = 0.93s: the observation calls cover
+		// it, but not the 2s lease of an owner whose renews fail.
+		{true, "10ms", "100ms", 0, true},
+		{false, "100ms", "1s", -1, false},
+	} {
+		f := writeConfig(t, storeConfig(tc.members, tc.heartbeat, tc.election))
+		code, out, errs := runCmd(t, "admit", "-c", f, "--json")
+		if code != exitOK {
+			t.Fatalf("%+v: exit %d\n%s%s", tc, code, out, errs)
+		}
+		s := decodeAdmission(t, out).Sessions[0]
+		got, ok := s.Terms["owner_death"]["store_recovery"]
+		if (tc.term < 0) == ok || (ok && got != tc.term) {
+			t.Errorf("%+v: store_recovery %d (present %v)", tc, got, ok)
+		}
+		if (s.StoreElectionNS != nil) != tc.members || (len(s.Warnings) > 0) != tc.warn || s.Warnings == nil {
+			t.Errorf("%+v: store_election_ns %v, warnings %q", tc, s.StoreElectionNS, s.Warnings)
+		}
+		_, text, _ := runCmd(t, "admit", "-c", f)
+		if strings.Contains(text, "store_recovery") != tc.members || strings.Contains(text, "warning: store election") != tc.warn {
+			t.Errorf("%+v: text\n%s", tc, text)
+		}
+		_, gh, _ := runCmd(t, "admit", "-c", f, "--format", "github")
+		if strings.Contains(gh, "::warning ") != tc.warn {
+			t.Errorf("%+v: github\n%s", tc, gh)
+		}
+	}
+}

@@ -38,6 +38,9 @@ func writeGitHub(w io.Writer, cfg *routes.Config, doc report.Admission, notes ro
 			msg += "; broker_path_failover " + s.BrokerPathFailover
 		}
 		annotate(w, "notice", at, "leasebridge admit: session "+s.Session+" admitted", msg)
+		for _, warn := range s.Warnings {
+			annotate(w, "warning", at, "leasebridge admit: session "+s.Session+" warning", warn)
+		}
 	}
 	for _, n := range notes {
 		annotate(w, "notice", n, "leasebridge admit: provided by the deployment",

@@ -58,7 +58,9 @@ type Session struct {
 	ActivationNS       int64                       `json:"activation_ns"`
 	CloseBoundNS       int64                       `json:"close_bound_ns"`
 	FenceAfterNS       int64                       `json:"fence_after_ns"`
+	StoreElectionNS    *int64                      `json:"store_election_ns"`
 	Refusals           []string                    `json:"refusals"`
+	Warnings           []string                    `json:"warnings"`
 }
 
 func ns(d time.Duration) *int64 {
@@ -90,6 +92,10 @@ func FromReports(cfg *routes.Config, sessions []routes.Session, reports []admiss
 			CloseBoundNS:       int64(r.CloseBound),
 			FenceAfterNS:       int64(r.FenceAfter),
 			Refusals:           append([]string{}, r.Refusals...),
+			Warnings:           append([]string{}, r.Warnings...),
+		}
+		if r.StoreElection > 0 {
+			s.StoreElectionNS = ns(r.StoreElection)
 		}
 		if len(r.OwnerDeath.Terms) > 0 {
 			s.OwnerDeathNS = ns(r.OwnerDeath.Total)
@@ -168,8 +174,32 @@ func WriteText(w io.Writer, cfg *routes.Config, sessions []routes.Session, repor
 		}
 		fmt.Fprintf(w, "  self-fence: the owner closes %s after sending its last successful renew (lease_ttl %s - close bound %s - clock-rate margin %s)\n",
 			fs(r.FenceAfter), fs(r.Timing.LeaseTTL), fs(r.CloseBound), fs(admission.ClockRateMargin(r.Timing.LeaseTTL)))
+		writeStore(w, r)
 	}
 	fmt.Fprintf(w, "\n%d of %d session(s) admitted\n", admitted, len(reports))
+}
+
+// writeStore prints, for a fleet that runs its lease store itself, the
+// store's election bound and what of it the owner-death budget charges,
+// then the report's warnings.
+func writeStore(w io.Writer, r admission.Report) {
+	fs := admission.FormatSeconds
+	if r.StoreElection > 0 {
+		var charged, term time.Duration
+		for _, t := range r.OwnerDeath.Terms {
+			switch t.Name {
+			case "observation_calls":
+				charged = t.Value
+			case "store_recovery":
+				term = t.Value
+			}
+		}
+		fmt.Fprintf(w, "  store election: the fleet runs its lease store, which elects a leader within E = %s; a standby may then take over up to E + 3*renew_call_timeout after lease_ttl and the poll boundaries, observation_calls charges %s, store_recovery the rest: %s\n",
+			fs(r.StoreElection), fs(charged), fs(term))
+	}
+	for _, warn := range r.Warnings {
+		fmt.Fprintf(w, "  warning: %s\n", warn)
+	}
 }
 
 // WriteTiming prints a resolved cadence, one value per line with its origin.
