@@ -6,9 +6,9 @@ import (
 	"time"
 )
 
-// minElectionHeartbeats is the smallest election_timeout, in heartbeat
+// MinElectionHeartbeats is the smallest election_timeout, in heartbeat
 // intervals, that etcd accepts.
-const minElectionHeartbeats = 5
+const MinElectionHeartbeats = 5
 
 // ElectionRideThrough is how long after sending its last successful renew
 // an owner may need to land the next one when the store elects a leader
@@ -62,7 +62,7 @@ func checkElectionFence(r *Report, in Inputs, refuse func(string, ...any)) {
 	if et, ok := ElectionTimeoutFor(t, r.FenceAfter, in.Store.HeartbeatInterval); ok {
 		fix += " or lease_store.election_timeout <= " + fs(et)
 	} else {
-		fix += fmt.Sprintf("; no election_timeout of at least %d heartbeat_interval does", minElectionHeartbeats)
+		fix += fmt.Sprintf("; no election_timeout of at least %d heartbeat_interval does", MinElectionHeartbeats)
 	}
 	r.Warnings = append(r.Warnings, fmt.Sprintf(
 		"store election: the owner's renews fail while the fleet's store elects a leader, for up to E = 4*election_timeout + 3*heartbeat_interval + %s = %s; it keeps serving only if E + 4*renew_call_timeout + 2*renew_interval + lease_renew_jitter = %s + %s + %s + %s = %s <= fence_after = %s (lease_ttl %s - close bound %s - clock-rate margin %s), so an election can fence a healthy owner and stop its session until it takes its row back: %s",
@@ -130,7 +130,7 @@ func LeaseTTLForElection(t Timing, closeBound, e time.Duration) (time.Duration, 
 // ElectionTimeoutFor is the largest election_timeout, in whole
 // milliseconds, at which an owner at t with fenceAfter rides through the
 // store's elections at heartbeat hb; ok is false when it would be below
-// the minElectionHeartbeats etcd requires.
+// the MinElectionHeartbeats etcd requires.
 func ElectionTimeoutFor(t Timing, fenceAfter, hb time.Duration) (time.Duration, bool) {
 	var c calc
 	rest, err := ElectionRideThrough(t, 0)
@@ -142,7 +142,7 @@ func ElectionTimeoutFor(t Timing, fenceAfter, hb time.Duration) (time.Duration, 
 		return 0, false
 	}
 	et := ((fenceAfter - fixed) / (2 * StoreCampaigns)).Truncate(time.Millisecond)
-	floor := c.mul("election_timeout", hb, minElectionHeartbeats)
+	floor := c.mul("election_timeout", hb, MinElectionHeartbeats)
 	if c.err != nil || et < floor || et <= 0 {
 		return 0, false
 	}

@@ -138,6 +138,13 @@ func render() (map[string][]byte, error) {
 		"ChurnPerHour":             int64(time.Hour / churnD),
 		"ClusteredDeferral":        fs(deferral),
 	}
+	store, err := storeData(cl)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range store {
+		data[k] = v
+	}
 	budget, err := execute(failoverBudgetTmpl, data)
 	if err != nil {
 		return nil, err
