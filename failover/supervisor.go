@@ -169,7 +169,8 @@ func New(o Options) (*Supervisor, error) {
 
 // LogBudgets writes the startup line of every session: its owner-death
 // budget, broker_path_failover (the budget, off, or why it is undecided)
-// and device_path_failover (the budget or off).
+// and device_path_failover (the budget or off); then each warning
+// admission gave it.
 func LogBudgets(log *slog.Logger, reports []admission.Report) {
 	for _, r := range reports {
 		bp := "undecided: broker_health_step_down omitted"
@@ -193,6 +194,9 @@ func LogBudgets(log *slog.Logger, reports []admission.Report) {
 			"lease_ttl", admission.FormatSeconds(r.Timing.LeaseTTL),
 			"activation", admission.FormatSeconds(r.Activation),
 			"fence_after", admission.FormatSeconds(r.FenceAfter))
+		for _, w := range r.Warnings {
+			log.Warn("session admitted with a warning", "session", r.Session, "warning", w)
+		}
 	}
 }
 
