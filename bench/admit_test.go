@@ -16,17 +16,17 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/leasebridge/leasebridge/admission"
-	"github.com/leasebridge/leasebridge/failover"
 	"github.com/leasebridge/leasebridge/internal/report"
 	"github.com/leasebridge/leasebridge/internal/testbin"
+	"github.com/leasebridge/leasebridge/preflight"
 	"github.com/leasebridge/leasebridge/routes"
 )
 
-// admit is what admit and run compute for cfg (failover.Admit): the
+// admit is what admit and run compute for cfg (preflight.Admit): the
 // budgets of the transports built from it.
 func admit(tb testing.TB, cfg *routes.Config) []admission.Report {
 	tb.Helper()
-	reps, errs := failover.Admit(cfg, false)
+	reps, errs := preflight.Admit(cfg, false)
 	if len(errs) > 0 {
 		tb.Fatal(errs)
 	}
@@ -227,14 +227,14 @@ func median(vs []float64) float64 {
 
 // admitInProcess is what `leasebridge admit -c path` does between start
 // and exit (cmd/leasebridge admit.go): load and validate the file, build
-// every transport without opening it (failover.Preflight), admit every
+// every transport without opening it (preflight.Build), admit every
 // session and print the text report, here to io.Discard.
 func admitInProcess(tb testing.TB, path string) {
 	cfg, err := routes.Load(path)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	built, errs := failover.Preflight(cfg, false)
+	built, errs := preflight.Build(cfg, false)
 	if len(errs) > 0 {
 		tb.Fatal(errs)
 	}
@@ -260,7 +260,7 @@ func admitSection(rs resultSet, w func(string, ...any)) {
 	w("`BenchmarkAdmitLarge` (`bench/admit_test.go`) generates %d sessions, each a Modbus device with\n", largeSessions)
 	w("%d poll groups published by %d routes (%d routes), with 1 or 4 tags per group.\n\n", largeRoutesPerSesson, largeRoutesPerSesson, nRoutes)
 	w("**Goal** (issue 13): admit's own work is no more than `yaml.v3` parsing the file. Own work is\n")
-	w("what `leasebridge admit -c FILE` does in process (`routes.Load`, `failover.Preflight`, admission\n")
+	w("what `leasebridge admit -c FILE` does in process (`routes.Load`, `preflight.Build`, admission\n")
 	w("and the text report) minus `yaml.v3` parsing the same file into a node tree, which `routes.Parse`\n")
 	w("does first. The two are timed alternately in one loop (parse, in process, parse, ...), each from\n")
 	w("a collected heap, so that load from other processes hits both alike. Own work is taken per pair;\n")

@@ -14,10 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasebridge/leasebridge/failover"
 	"github.com/leasebridge/leasebridge/internal/testetcd"
 	"github.com/leasebridge/leasebridge/lease"
 	"github.com/leasebridge/leasebridge/lease/etcdstore"
+	"github.com/leasebridge/leasebridge/preflight"
 	"github.com/leasebridge/leasebridge/routes"
 )
 
@@ -60,7 +60,7 @@ func runBenchNode(spec string) error {
 	if err != nil {
 		return err
 	}
-	reps, errs := failover.Admit(rc, false)
+	reps, errs := preflight.Admit(rc, false)
 	if len(errs) > 0 {
 		return errs
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasebridge/leasebridge/preflight"
 	"github.com/leasebridge/leasebridge/routes"
 	"github.com/leasebridge/leasebridge/transports"
 )
@@ -15,10 +16,14 @@ import (
 // it is never opened.
 const probeKind = "built_probe"
 
-var probeBuilds atomic.Int64
+var (
+	probeBuilds atomic.Int64
+	// probeLast is the transport the probe kind built last.
+	probeLast atomic.Pointer[stubTransport]
+)
 
 // stubTransport is a transport that reports the bounds it is given and
-// never opens: Preflight builds it, admission sums its bounds.
+// never opens: preflight builds it, admission sums its bounds.
 type stubTransport struct {
 	name    string
 	bound   time.Duration
@@ -32,22 +37,19 @@ func (p *stubTransport) Open(context.Context) error     { return errors.New("stu
 func (p *stubTransport) Close(context.Context) error    { return nil }
 func (p *stubTransport) State() transports.State        { return transports.State{} }
 
-// NewStubTransport gives the external tests a stubTransport.
-func NewStubTransport(name string, bound, closing time.Duration) transports.Transport {
-	return &stubTransport{name: name, bound: bound, closing: closing}
-}
-
 func init() {
 	routes.RegisterKind(routes.DeviceKind{Name: probeKind, Endpoint: func(d *routes.Device) (routes.Endpoint, error) {
 		return routes.Endpoint{ID: probeKind + ":" + d.Address}, nil
 	}})
 	transports.Register(probeKind, func(name string, _ any) (transports.Transport, error) {
 		probeBuilds.Add(1)
-		return NewStubTransport(name, time.Second, time.Second), nil
+		tr := &stubTransport{name: name, bound: time.Second, closing: time.Second}
+		probeLast.Store(tr)
+		return tr, nil
 	})
 }
 
-// The first term of a session opens the device Preflight built; later
+// The first term of a session opens the device preflight built; later
 // terms build their own, so a run builds each device once before its
 // first term and once per later term.
 func TestFirstTermUsesThePreflightDevice(t *testing.T) {
@@ -65,11 +67,14 @@ routes:
 		t.Fatal(err)
 	}
 	probeBuilds.Store(0)
-	built, errs := Preflight(cfg, true)
+	built, errs := preflight.Build(cfg, true)
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
-	pre := built.devices["dev"]
+	var pre transports.Transport // what preflight built
+	if p := probeLast.Load(); p != nil {
+		pre = p
+	}
 	if _, err := New(Options{Config: &routes.Config{}, Built: built}); err == nil {
 		t.Error("New accepted a Built of another configuration")
 	}
@@ -82,9 +87,9 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pre == nil || first.devices["dev"] != pre || second.devices["dev"] == pre {
+	if pre == nil || first.dp.Devices["dev"] != pre || second.dp.Devices["dev"] == pre {
 		t.Errorf("preflight %p, first term %p, second term %p: want the first term to open the preflight's, the second its own",
-			pre, first.devices["dev"], second.devices["dev"])
+			pre, first.dp.Devices["dev"], second.dp.Devices["dev"])
 	}
 	if n := probeBuilds.Load(); n != 2 {
 		t.Errorf("the device was built %d times for preflight and two terms, want 2", n)

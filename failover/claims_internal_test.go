@@ -14,6 +14,7 @@ import (
 	"github.com/leasebridge/leasebridge/internal/testetcd"
 	"github.com/leasebridge/leasebridge/lease"
 	"github.com/leasebridge/leasebridge/lease/etcdstore"
+	"github.com/leasebridge/leasebridge/preflight"
 	"github.com/leasebridge/leasebridge/routes"
 )
 
@@ -58,7 +59,7 @@ func TestClaimAhead(t *testing.T) {
 		return st
 	}
 	st, other := store(), store()
-	reports, errs := Admit(cfg, false)
+	reports, errs := preflight.Admit(cfg, false)
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}

@@ -3,6 +3,7 @@ package failover
 import (
 	"time"
 
+	"github.com/leasebridge/leasebridge/dataplane"
 	"github.com/leasebridge/leasebridge/lease"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -59,7 +60,7 @@ type Metrics struct {
 	// from the session's owner.
 	TopologySuspect *prometheus.GaugeVec
 	// Bridges exports the bridge routes' forwarded and dropped messages.
-	Bridges *BridgeCounters
+	Bridges *dataplane.BridgeCounters
 }
 
 // States a session reports in leasebridge_session_state.
@@ -93,7 +94,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		DeviceStepDowns: counterVec("leasebridge_device_step_downs_total", "Device-path releases: a device stayed unreachable for device_path_step_down.", "session"),
 		BuildInfo:       gaugeVec("leasebridge_build_info", "1, labelled with the binary's module version, VCS revision, dirty flag and Go version (as `leasebridge version` prints).", buildinfo.LabelNames...),
 		TopologySuspect: gaugeVec("leasebridge_broker_topology_suspect", "1 while this standby of a session with a bridge route has stood by longer than the owner-death budget and its local broker carries no active status from another node: the owner uses another broker (docs/bridged-data.md).", "session"),
-		Bridges:         newBridgeCounters(),
+		Bridges:         dataplane.NewBridgeCounters(),
 		SessionUnowned:  gaugeVec("leasebridge_session_unowned", "1 while no node owns the session as this node observes its lease row (released, or unchanged for its owner's lease_ttl); with fleet rows only.", "session"),
 	}
 	m.BuildInfo.WithLabelValues(buildinfo.Read().Labels()...).Set(1)

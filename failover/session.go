@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasebridge/leasebridge/admission"
+	"github.com/leasebridge/leasebridge/dataplane"
 	"github.com/leasebridge/leasebridge/lease"
 	"github.com/leasebridge/leasebridge/routes"
 	"github.com/leasebridge/leasebridge/transports"
@@ -259,7 +260,7 @@ func (s *session) serve(ev lease.Event, stop <-chan struct{}) {
 	defer stopCheck()
 	var (
 		t        *term
-		w        *work
+		w        *dataplane.Work
 		fullCh   <-chan struct{}
 		changed  <-chan struct{}
 		graceful bool
@@ -270,7 +271,11 @@ loop:
 		case t = <-activated:
 			activated = nil
 			if t != nil {
-				w = s.startWork(ctx, t, ev.Owner.Valid, log)
+				w = t.dp.Start(ctx, ev.Owner)
+				// "active" was published by each client's reconcile
+				// during Open: once per takeover, stamped when it
+				// happened.
+				t.markActivated()
 				h.markActivated()
 				fullCh, changed = t.fullCh, h.changed
 			}
@@ -319,12 +324,12 @@ func (s *session) pathCheck() (<-chan time.Time, func()) {
 // the owner context ended, and closing only tidies up. An activation
 // still under way (activated not nil) closes what it opened before it
 // returns.
-func closeOwnership(activated <-chan *term, t *term, w *work) {
+func closeOwnership(activated <-chan *term, t *term, w *dataplane.Work) {
 	if activated != nil {
 		t = <-activated
 	}
 	if w != nil {
-		w.cancel()
+		w.Stop()
 	}
 	if t != nil {
 		t.close()
@@ -338,7 +343,7 @@ func closeOwnership(activated <-chan *term, t *term, w *work) {
 		})
 	}
 	if w != nil {
-		w.wg.Wait()
+		w.Wait()
 	}
 }
 
@@ -413,74 +418,9 @@ func offOr(d time.Duration) string {
 	return admission.FormatSeconds(d)
 }
 
-// work is the route workers of an activated term.
-type work struct {
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-}
-
-// startWork starts the term's pollers, writers and bridges and announces
-// the owner on every broker's status topic.
-func (s *session) startWork(ctx context.Context, t *term, valid func() bool, log *slog.Logger) *work {
-	wctx, cancel := context.WithCancel(ctx)
-	w := &work{cancel: cancel}
-	// Pollers of pushed (subscribed) groups, by device and group: a pushed
-	// value is published at once, not at the group's next interval.
-	pushed := map[string]map[string][]*poller{}
-	for _, r := range s.routes {
-		if r.Kind != routes.RoutePoll {
-			continue
-		}
-		dev, ok := t.devices[r.Device].(transports.Poller)
-		if !ok {
-			log.Error("device cannot be polled", "route", r.Name, "device", r.Device)
-			continue
-		}
-		route := r
-		var once sync.Once
-		onGood := func() { once.Do(func() { t.markPublished(route.Name) }) }
-		for _, g := range s.sup.o.Config.Devices[r.Device].Groups {
-			if len(r.Groups) > 0 && !slices.Contains(r.Groups, g.Name) {
-				continue
-			}
-			p := &poller{t: t, route: r, group: g, dev: dev, local: t.brokers[r.Broker],
-				last: map[string]transports.Value{}, band: map[string]float64{}, onGood: onGood, failing: map[string]bool{}, topics: map[string]string{}}
-			for _, tag := range g.Tags {
-				p.band[tag.Name] = tag.Deadband
-			}
-			p.start(wctx, valid, &w.wg)
-			if _, ok := dev.(transports.Notifier); ok && g.Mode == "subscribe" {
-				if pushed[r.Device] == nil {
-					pushed[r.Device] = map[string][]*poller{}
-				}
-				pushed[r.Device][g.Name] = append(pushed[r.Device][g.Name], p)
-			}
-		}
-	}
-	for name, groups := range pushed {
-		t.devices[name].(transports.Notifier).SetNotify(func(group string, _ transports.Value) {
-			for _, p := range groups[group] {
-				p.kick()
-			}
-		})
-	}
-	for _, wr := range t.writers {
-		w.wg.Add(1)
-		go func() { defer w.wg.Done(); wr.run(wctx, valid) }()
-	}
-	for _, b := range t.bridges {
-		w.wg.Add(1)
-		go func() { defer w.wg.Done(); defer s.sup.o.Metrics.Bridges.track(s.name, b)(); _ = b.Run(wctx) }()
-	}
-	// "active" was published by each client's reconcile during Open: once
-	// per takeover, stamped when it happened.
-	t.markActivated()
-	return w
-}
-
 // publishStatus publishes the session's status on every broker.
 func (t *term) publishStatus(ctx context.Context, state string, full bool, log *slog.Logger) {
-	for _, c := range t.brokers {
+	for _, c := range t.dp.Brokers {
 		if err := c.PublishStatus(ctx, state, full); err != nil {
 			log.Warn("status", "broker", c.Name(), "state", state, "err", err)
 		}

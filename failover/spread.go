@@ -2,6 +2,7 @@ package failover
 
 import (
 	"hash/fnv"
+	"maps"
 	"slices"
 	"sort"
 
@@ -54,7 +55,7 @@ func desiredOwners(sessions []string, eligible map[string][]string, current map[
 			kept[n] = append(kept[n], s)
 		}
 	}
-	for _, n := range sortedNames(kept) {
+	for _, n := range slices.Sorted(maps.Keys(kept)) {
 		ss := kept[n]
 		sort.SliceStable(ss, func(i, j int) bool { return weight(ss[i], n) > weight(ss[j], n) })
 		for _, s := range ss {
@@ -85,7 +86,7 @@ func desiredOwners(sessions []string, eligible map[string][]string, current map[
 // says they run it, judged like `leasebridge status` judges node rows.
 func liveEligible(sessions []string, nodes map[string]lease.NodeRow, nowNS int64) map[string][]string {
 	out := map[string][]string{}
-	for _, name := range sortedNames(nodes) {
+	for _, name := range slices.Sorted(maps.Keys(nodes)) {
 		n := nodes[name]
 		if n.Stopped || n.Draining || nowNS-n.RenewedAt > int64(n.TTL) {
 			continue
@@ -115,7 +116,7 @@ func takers(sessions []string, eligible map[string][]string, holders map[string]
 		out = map[string]string{}
 	}
 	byHolder := invert(holders)
-	for _, x := range sortedNames(byHolder) {
+	for _, x := range slices.Sorted(maps.Keys(byHolder)) {
 		without := map[string][]string{}
 		for s, ns := range eligible {
 			without[s] = slices.DeleteFunc(slices.Clone(ns), func(n string) bool { return n == x })

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasebridge/leasebridge/cmd/leasebridge/httpapi"
 	"github.com/leasebridge/leasebridge/failover"
 	"github.com/leasebridge/leasebridge/internal/faultproxy"
 	"github.com/leasebridge/leasebridge/internal/testbin"
@@ -17,7 +18,7 @@ import (
 // health is what the bridge's endpoints say about the lease store.
 type health struct {
 	code    int // of /readyz
-	ready   failover.Readiness
+	ready   httpapi.Readiness
 	storeUp bool // leasebridge_lease_store_up
 }
 

@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/leasebridge/leasebridge/admission"
+	"github.com/leasebridge/leasebridge/fleetview"
 	"github.com/leasebridge/leasebridge/lease"
+	"github.com/leasebridge/leasebridge/preflight"
 	"github.com/leasebridge/leasebridge/routes"
 	"github.com/leasebridge/leasebridge/transports"
 )
@@ -18,13 +20,14 @@ import (
 // Sentinel errors.
 var (
 	// ErrStepDown is what Run returns after a broker-path step-down: every
-	// lease was released and the process should exit with ExitStepDown.
+	// lease was released and the process should exit for a restart as a
+	// standby (cmd/leasebridge/exitcode.StepDown).
 	ErrStepDown = errors.New("failover: stepped down after the broker path stayed lost")
 	// ErrNotAdmitted reports a session whose admission report has refusals.
 	ErrNotAdmitted = errors.New("failover: session not admitted")
 	// ErrReleaseFailed is what Run returns after SIGTERM when a lease
 	// release failed (the store did not confirm it): standbys take over
-	// after lease_ttl, and the process exits with ExitFailure.
+	// after lease_ttl, and the process exits with a failure status.
 	ErrReleaseFailed = errors.New("failover: lease release failed")
 )
 
@@ -34,10 +37,10 @@ type Options struct {
 	Config *routes.Config
 	// Reports are the admission reports of every session, all admitted.
 	Reports []admission.Report
-	// Built, when set, is what Preflight built from Config (its Admit gave
+	// Built, when set, is what preflight built from Config (its Admit gave
 	// Reports): the first term of each session opens the device
 	// transports built there instead of building them again.
-	Built *Built
+	Built *preflight.Built
 	// Store holds the lease rows.
 	Store lease.Store
 	// StoreEndpoints name the store in log lines (passwords redacted).
@@ -95,7 +98,7 @@ func routesBySession(cfg *routes.Config) map[string][]*routes.Route {
 
 // New builds a manager per admitted session; nothing is opened until Run.
 func New(o Options) (*Supervisor, error) {
-	if o.Built != nil && o.Built.cfg != o.Config {
+	if o.Built != nil && o.Built.Config() != o.Config {
 		return nil, errors.New("failover: Options.Built was built from another configuration")
 	}
 	sv := &Supervisor{o: o, stepDown: make(chan stepDownRequest, 1), health: newStoreHealth(o)}
@@ -147,7 +150,7 @@ func New(o Options) (*Supervisor, error) {
 		s.setConflict("")
 		o.Metrics.TimingMismatch.WithLabelValues(rep.Session).Set(0)
 		o.Metrics.TimingMismatches.WithLabelValues(rep.Session).Add(0)
-		o.Metrics.Bridges.declare(s.name, s.routes)
+		o.Metrics.Bridges.DeclareRoutes(s.name, s.routes)
 		o.Metrics.Budget.WithLabelValues(rep.Session, "owner_death").Set(rep.OwnerDeath.Total.Seconds())
 		if rep.BrokerPath != nil {
 			o.Metrics.Budget.WithLabelValues(rep.Session, "broker_path").Set(rep.BrokerPath.Total.Seconds())
@@ -283,13 +286,13 @@ func (sv *Supervisor) runStepDown(req stepDownRequest) {
 	cancel()
 	log.Info("settlement grace", "step_down_grace", grace.String())
 	time.Sleep(grace)
-	// Each failure is logged; the exit status stays ExitStepDown, since a
+	// Each failure is logged; Run still returns ErrStepDown, since a
 	// restart as standby is what the process needs either way.
 	if sv.releaseAll(s, time.Now()) != nil {
 		released = "lease releases failed"
 	}
 	sv.o.Logger.Error("stepped down: "+released+"; exiting for a restart as standby",
-		"exit_status", ExitStepDown, "session", s.name, "broker_err", req.state.Err)
+		"session", s.name, "broker_err", req.state.Err)
 }
 
 // releaseAll ends every term in an orderly way and releases every lease
@@ -396,3 +399,18 @@ func (sv *Supervisor) NotReady() []string {
 
 // StoreUp reports whether the lease store answered the last probe.
 func (sv *Supervisor) StoreUp() bool { return sv.health.up.Load() }
+
+// ErrNoFleet is what FleetStatus returns when the lease store keeps no
+// fleet rows (Options.Fleet is nil).
+var ErrNoFleet = errors.New("failover: no fleet rows: the lease store does not support them")
+
+// FleetStatus reads the fleet view of this process's configuration from
+// the lease store, judged at now, within the node row's TTL.
+func (sv *Supervisor) FleetStatus(ctx context.Context, now time.Time) (fleetview.Status, error) {
+	if sv.fleet == nil {
+		return fleetview.Status{}, ErrNoFleet
+	}
+	ctx, cancel := context.WithTimeout(ctx, sv.fleet.ttl)
+	defer cancel()
+	return fleetview.Read(ctx, sv.o.Config, sv.o.Reports, sv.fleet.store, now)
+}

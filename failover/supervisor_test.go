@@ -19,6 +19,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/leasebridge/leasebridge/admission"
+	"github.com/leasebridge/leasebridge/cmd/leasebridge/httpapi"
+	"github.com/leasebridge/leasebridge/dataplane"
 	"github.com/leasebridge/leasebridge/failover"
 	"github.com/leasebridge/leasebridge/internal/embedbroker"
 	"github.com/leasebridge/leasebridge/internal/faultproxy"
@@ -151,7 +153,7 @@ func (p *peers) bridgeAt(t *testing.T, node, keyPrefix, etcdURL string, jsonLogs
 	}
 	b := &bridge{node: node, sv: sv, reg: reg, report: reports[0], reports: reports, cancel: cancel, done: make(chan error, 1),
 		brokerP: bp, logs: logs}
-	b.http = httptest.NewServer(failover.Handler(sv, reg))
+	b.http = httptest.NewServer(httpapi.Handler(sv, reg))
 	t.Cleanup(b.http.Close)
 	go func() { b.done <- sv.Run(ctx) }()
 	return b
@@ -194,9 +196,9 @@ func get(t *testing.T, url string) (int, string) {
 func TestServeWriteHealthAndGracefulHandover(t *testing.T) {
 	p := startPeers(t)
 	var mu sync.Mutex
-	replies := map[string]failover.WriteReply{}
+	replies := map[string]dataplane.WriteReply{}
 	if err := p.broker.Server.Subscribe("w/resp", 1, func(_ *mochi.Client, _ packets.Subscription, pk packets.Packet) {
-		var r failover.WriteReply
+		var r dataplane.WriteReply
 		if json.Unmarshal(pk.Payload, &r) == nil {
 			mu.Lock()
 			replies[r.ID] = r
@@ -226,9 +228,9 @@ func TestServeWriteHealthAndGracefulHandover(t *testing.T) {
 	}
 
 	// A write request goes to the device and is answered with the epoch.
-	write := func(id, tag string, value any) failover.WriteReply {
+	write := func(id, tag string, value any) dataplane.WriteReply {
 		t.Helper()
-		req, _ := json.Marshal(failover.WriteRequest{ID: id, Tag: tag, Value: value, IssuedAt: time.Now()})
+		req, _ := json.Marshal(dataplane.WriteRequest{ID: id, Tag: tag, Value: value, IssuedAt: time.Now()})
 		if err := p.broker.Server.Publish("w/req", req, false, 1); err != nil {
 			t.Fatal(err)
 		}
@@ -241,15 +243,15 @@ func TestServeWriteHealthAndGracefulHandover(t *testing.T) {
 			}
 		}
 		t.Fatalf("no reply to write %s", id)
-		return failover.WriteReply{}
+		return dataplane.WriteReply{}
 	}
-	if r := write("w1", "setpoint", 321); r.Code != failover.WriteOK || r.Epoch != 1 || p.plc.Holding(plcsim.SetpointRegister) != 321 {
+	if r := write("w1", "setpoint", 321); r.Code != dataplane.WriteOK || r.Epoch != 1 || p.plc.Holding(plcsim.SetpointRegister) != 321 {
 		t.Fatalf("write: reply %+v, setpoint %d", r, p.plc.Holding(plcsim.SetpointRegister))
 	}
-	if r := write("w2", "nope", 1); r.Code != failover.WriteUnknownTag {
+	if r := write("w2", "nope", 1); r.Code != dataplane.WriteUnknownTag {
 		t.Errorf("write to unknown tag: %+v", r)
 	}
-	if r := write("w3", "cycles", 1); r.Code != failover.WriteReadOnly || !strings.Contains(r.Message, "writable") {
+	if r := write("w3", "cycles", 1); r.Code != dataplane.WriteReadOnly || !strings.Contains(r.Message, "writable") {
 		t.Errorf("write to read-only tag: %+v", r)
 	}
 

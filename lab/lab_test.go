@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/leasebridge/leasebridge/admission"
+	"github.com/leasebridge/leasebridge/cmd/leasebridge/exitcode"
 	"github.com/leasebridge/leasebridge/failover"
 	"github.com/leasebridge/leasebridge/internal/faultproxy"
 	"github.com/leasebridge/leasebridge/internal/testbin"
@@ -600,8 +601,8 @@ func (l *lab) brokerPath(tr *trial, owner *bridge) {
 		return
 	}
 	tr.Exit = strconv.Itoa(code)
-	if code != failover.ExitStepDown {
-		tr.fail("owner exit status %d after its broker path was cut, want %d", code, failover.ExitStepDown)
+	if code != exitcode.StepDown {
+		tr.fail("owner exit status %d after its broker path was cut, want %d", code, exitcode.StepDown)
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/leasebridge/leasebridge/internal/faultproxy"
 	"github.com/leasebridge/leasebridge/internal/testbin"
 	"github.com/leasebridge/leasebridge/internal/testmqtt"
+	"github.com/leasebridge/leasebridge/preflight"
 	"github.com/leasebridge/leasebridge/routes"
 
 	// The transports of every kind, which admission builds.
@@ -105,7 +106,7 @@ func (b *bridge) configure(leaseTTL time.Duration) error {
 	if err != nil {
 		return err
 	}
-	built, errs := failover.Preflight(cfg, false)
+	built, errs := preflight.Build(cfg, false)
 	if len(errs) > 0 {
 		return errs
 	}

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/leasebridge/leasebridge/admission"
-	"github.com/leasebridge/leasebridge/failover"
+	"github.com/leasebridge/leasebridge/cmd/leasebridge/exitcode"
 	"github.com/leasebridge/leasebridge/internal/faultproxy"
 )
 
@@ -362,19 +362,19 @@ func mixedVerdict(tr *trial) string {
 }
 
 // gracefulExit waits for b to exit after SIGTERM. Exit 0 is a clean stop;
-// exit failover.ExitFailure is an honest one whose release the store did
+// exit exitcode.Failure is an honest one whose release the store did
 // not confirm within its bound (a loaded machine): the row then expires and
 // is taken over by the owner-death path, which a rolling step tolerates.
 // Anything else fails the trial.
 func (l *lab) gracefulExit(tr *trial, b *bridge) bool {
 	code, _, err := b.waitExit(l.report.OwnerDeath.Total)
 	switch {
-	case err == nil && code == failover.ExitOK:
+	case err == nil && code == exitcode.OK:
 		return true
-	case err == nil && code == failover.ExitFailure:
+	case err == nil && code == exitcode.Failure:
 		tr.note("%s: release not confirmed at SIGTERM (exit %d): its row expires instead", b.name, code)
 		return true
 	}
-	tr.fail("%s: exit %d after SIGTERM (%v), want %d or %d", b.name, code, err, failover.ExitOK, failover.ExitFailure)
+	tr.fail("%s: exit %d after SIGTERM (%v), want %d or %d", b.name, code, err, exitcode.OK, exitcode.Failure)
 	return false
 }

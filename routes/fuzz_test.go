@@ -5,7 +5,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/leasebridge/leasebridge/failover"
+	"github.com/leasebridge/leasebridge/preflight"
 	"github.com/leasebridge/leasebridge/routes"
 )
 
@@ -31,7 +31,7 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		// A transport that cannot be built leaves its session refused.
-		reports, _ := failover.Admit(cfg, false)
+		reports, _ := preflight.Admit(cfg, false)
 		for _, r := range reports {
 			_ = r.Admitted()
 		}

@@ -11,7 +11,7 @@ import (
 // device of one kind is decoded beyond the keys every device has, which
 // defaults it takes, how it is checked and how its keys are documented.
 // Its bounds are not here: admission sums what the transport built from
-// the device reports (failover.Preflight). A transport package registers
+// the device reports (preflight.Build). A transport package registers
 // its kind from init with RegisterKind, next to
 // transports.RegisterDevice; docs/adding-a-transport.md lists the rest.
 type DeviceKind struct {

@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/leasebridge/leasebridge/admission"
-	"github.com/leasebridge/leasebridge/failover"
+	"github.com/leasebridge/leasebridge/preflight"
 	"github.com/leasebridge/leasebridge/routes"
 
-	// The transports of every kind, which Preflight builds.
+	// The transports of every kind, which preflight.Build builds.
 	_ "github.com/leasebridge/leasebridge/transports/all"
 	"github.com/leasebridge/leasebridge/transports/modbus"
 )
@@ -50,12 +50,12 @@ func parse(t *testing.T, y string) (*routes.Config, routes.Errors) {
 	return nil, errs
 }
 
-// built builds cfg's transports as admit and run do (failover.Preflight):
+// built builds cfg's transports as admit and run do (preflight.Build):
 // routes holds no bound formula, its sessions carry what the transports
 // report.
-func built(t testing.TB, cfg *routes.Config) *failover.Built {
+func built(t testing.TB, cfg *routes.Config) *preflight.Built {
 	t.Helper()
-	b, errs := failover.Preflight(cfg, false)
+	b, errs := preflight.Build(cfg, false)
 	if len(errs) > 0 {
 		t.Fatalf("preflight: %v", errs)
 	}

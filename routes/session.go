@@ -83,7 +83,7 @@ func (c *Config) storeTiming() *admission.Store {
 // Bounds are the activation and close bounds of the transports built from
 // a configuration's devices and brokers, keyed by entry ("devices.plc",
 // "brokers.local"), each named as its transport names itself. routes holds
-// no bound formula: failover.Preflight builds every transport and fills
+// no bound formula: preflight.Build builds every transport and fills
 // Bounds from what each reports of itself, so admission sums the bounds
 // the transports keep.
 type Bounds map[string]admission.Activation

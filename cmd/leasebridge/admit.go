@@ -11,9 +11,9 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/leasebridge/leasebridge/failover"
 	"github.com/leasebridge/leasebridge/internal/redact"
 	"github.com/leasebridge/leasebridge/internal/report"
+	"github.com/leasebridge/leasebridge/preflight"
 	"github.com/leasebridge/leasebridge/routes"
 )
 
@@ -110,13 +110,13 @@ func writeInvalid(w io.Writer, cmd, file string, errs routes.Errors) {
 }
 
 // load decodes and validates the file, then builds every transport it
-// names without opening any (failover.Preflight), so that admit and run
+// names without opening any (preflight.Build), so that admit and run
 // refuse the same configurations and admission sums the bounds those
 // transports report; needFiles: the certificate, key and
 // password files it names must be readable and its password_env variables
 // set (run), or may be absent (admit, a dry run away from the deployment).
 // Messages are redacted: a transport's error may quote a URL.
-func load(file string, needFiles bool) (*routes.Config, *failover.Built, routes.Errors) {
+func load(file string, needFiles bool) (*routes.Config, *preflight.Built, routes.Errors) {
 	cfg, err := routes.Load(file)
 	if err != nil {
 		var errs routes.Errors
@@ -125,7 +125,7 @@ func load(file string, needFiles bool) (*routes.Config, *failover.Built, routes.
 		}
 		return nil, nil, redactErrors(errs)
 	}
-	built, errs := failover.Preflight(cfg, needFiles)
+	built, errs := preflight.Build(cfg, needFiles)
 	if needFiles {
 		// Preflight reads the brokers' passwords as it builds them; the
 		// lease store's and the devices' are read at connect time.

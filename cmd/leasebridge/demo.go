@@ -25,6 +25,7 @@ import (
 	"github.com/leasebridge/leasebridge/internal/embedbroker"
 	"github.com/leasebridge/leasebridge/internal/plcsim"
 	"github.com/leasebridge/leasebridge/lease/etcdembed"
+	"github.com/leasebridge/leasebridge/preflight"
 	"github.com/leasebridge/leasebridge/routes"
 )
 
@@ -235,7 +236,7 @@ func (d *demoEnv) startBridges() (int, error) {
 		if err != nil {
 			return exitInvalid, err
 		}
-		reports, errs := failover.Admit(cfg, true)
+		reports, errs := preflight.Admit(cfg, true)
 		if len(errs) > 0 {
 			return exitInvalid, errs
 		}

@@ -16,8 +16,7 @@ import (
 	"time"
 
 	"github.com/leasebridge/leasebridge/admission"
-	"github.com/leasebridge/leasebridge/failover"
-	"github.com/leasebridge/leasebridge/internal/report"
+	"github.com/leasebridge/leasebridge/cmd/leasebridge/exitcode"
 	"github.com/leasebridge/leasebridge/internal/testbin"
 	"github.com/leasebridge/leasebridge/routes"
 )
@@ -59,7 +58,7 @@ func TestDemoTakesOverWithinBudget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep := preflight(t, cfg).Admit()[0]
+	rep := preflightOf(t, cfg).Admit()[0]
 	for _, term := range rep.OwnerDeath.Terms {
 		if !regexp.MustCompile(`(?m)^  ` + term.Name + ` +` + regexp.QuoteMeta(admission.FormatSeconds(term.Value)) + `  \S`).MatchString(text) {
 			t.Errorf("demo output lacks the term %s = %s with its meaning", term.Name, admission.FormatSeconds(term.Value))
@@ -202,9 +201,9 @@ func TestReadmeExitStatuses(t *testing.T) {
 	}
 	readme := string(b)
 	for _, want := range []string{
-		"Exit " + itoa(report.ExitAdmitted) + " admitted, " + itoa(report.ExitRefused) + " refused, " + itoa(report.ExitInvalid) + " invalid",
-		"exits " + itoa(report.ExitRefused) + " before any store",
-		"exits " + itoa(failover.ExitStepDown),
+		"Exit " + itoa(exitcode.Admitted) + " admitted, " + itoa(exitcode.Refused) + " refused, " + itoa(exitcode.Invalid) + " invalid",
+		"exits " + itoa(exitcode.Refused) + " before any store",
+		"exits " + itoa(exitcode.StepDown),
 	} {
 		if !strings.Contains(readme, want) {
 			t.Errorf("README.md lacks %q", want)

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/leasebridge/leasebridge/admission"
-	"github.com/leasebridge/leasebridge/failover"
-	"github.com/leasebridge/leasebridge/internal/report"
+	"github.com/leasebridge/leasebridge/cmd/leasebridge/exitcode"
+	"github.com/leasebridge/leasebridge/fleetview"
 	"github.com/leasebridge/leasebridge/lease"
 	"github.com/leasebridge/leasebridge/lease/etcdstore"
 	"github.com/leasebridge/leasebridge/routes"
@@ -20,7 +20,7 @@ import (
 
 // exitStoreDown is the exit status of a fleet command whose lease store
 // could not be read or written (docs/status-json.md).
-const exitStoreDown = report.ExitStoreDown
+const exitStoreDown = exitcode.StoreDown
 
 // fleetCall bounds the store calls of one fleet command.
 const fleetCall = 10 * time.Second
@@ -127,7 +127,7 @@ func status(args []string, stdout, stderr io.Writer) int {
 
 // printStatus prints the fleet view of fc, as JSON or as tables.
 func printStatus(ctx context.Context, fc *fleetCmd, asJSON bool, stdout, stderr io.Writer) int {
-	st, err := failover.ReadFleetStatus(ctx, fc.cfg, fc.reports, fc.store, time.Now())
+	st, err := fleetview.Read(ctx, fc.cfg, fc.reports, fc.store, time.Now())
 	if err != nil {
 		fmt.Fprintf(stderr, "leasebridge status: %v\n", err)
 		return exitStoreDown
@@ -157,7 +157,7 @@ func orDash(s string) string {
 }
 
 // writeStatus prints the fleet view as two tables.
-func writeStatus(w io.Writer, st failover.FleetStatus) {
+func writeStatus(w io.Writer, st fleetview.Status) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SESSION\tSTATUS\tNODE\tEPOCH\tAGE\tLEASE_TTL\tSERVICE\tPINNED\tLIVE_ELIGIBLE\tNOTES")
 	for _, s := range st.Sessions {
@@ -182,7 +182,7 @@ func writeStatus(w io.Writer, st failover.FleetStatus) {
 		if s.Owner != "" && !s.OwnerEligible {
 			notes = append(notes, "owner not eligible in this file")
 		}
-		if s.Status != failover.FleetOwned && len(s.LiveEligible) == 0 {
+		if s.Status != fleetview.Owned && len(s.LiveEligible) == 0 {
 			notes = append(notes, "no live eligible node: runs nowhere")
 		}
 		if s.Handover != nil {
@@ -235,12 +235,12 @@ func requestHandover(ctx context.Context, fc *fleetCmd, session, to string, stdo
 		fmt.Fprintf(stderr, "leasebridge handover: session %s: %v\n", session, err)
 		return exitRefused
 	}
-	st, err := failover.ReadFleetStatus(ctx, fc.cfg, fc.reports, fc.store, time.Now())
+	st, err := fleetview.Read(ctx, fc.cfg, fc.reports, fc.store, time.Now())
 	if err != nil {
 		fmt.Fprintf(stderr, "leasebridge handover: %v\n", err)
 		return exitStoreDown
 	}
-	fs := st.Sessions[slices.IndexFunc(st.Sessions, func(s failover.FleetSession) bool { return s.Session == session })]
+	fs := st.Sessions[slices.IndexFunc(st.Sessions, func(s fleetview.Session) bool { return s.Session == session })]
 	if why := refuseHandover(fs, to); why != "" {
 		fmt.Fprintf(stderr, "leasebridge handover: session %s: %s\n", session, why)
 		return exitRefused
@@ -259,9 +259,9 @@ func requestHandover(ctx context.Context, fc *fleetCmd, session, to string, stdo
 
 // refuseHandover says why a handover to (empty: anyone) cannot be asked
 // for, or "".
-func refuseHandover(fs failover.FleetSession, to string) string {
+func refuseHandover(fs fleetview.Session, to string) string {
 	switch {
-	case fs.Status != failover.FleetOwned:
+	case fs.Status != fleetview.Owned:
 		return fmt.Sprintf("it is %s: there is no owner to hand it over", fs.Status)
 	case to == fs.Node:
 		return fmt.Sprintf("node %s already owns it", to)

@@ -22,7 +22,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/leasebridge/leasebridge/admission"
-	"github.com/leasebridge/leasebridge/failover"
+	"github.com/leasebridge/leasebridge/fleetview"
 	"github.com/leasebridge/leasebridge/internal/docsection"
 	"github.com/leasebridge/leasebridge/internal/testbin"
 	"github.com/leasebridge/leasebridge/transports/mqtt"
@@ -74,11 +74,11 @@ func (l *valueLog) gap(old uint64) (last, first time.Time, ok bool) {
 }
 
 // fleetStatus runs `leasebridge status --json` with file.
-func fleetStatus(t *testing.T, file string) (failover.FleetStatus, int) {
+func fleetStatus(t *testing.T, file string) (fleetview.Status, int) {
 	t.Helper()
 	var out, errb bytes.Buffer
 	code := run([]string{"status", "-c", file, "--json"}, &out, &errb)
-	var st failover.FleetStatus
+	var st fleetview.Status
 	if code == exitOK || code == exitRefused {
 		if err := json.Unmarshal(out.Bytes(), &st); err != nil {
 			t.Fatalf("status --json: %v\n%s\n%s", err, out.String(), errb.String())
@@ -91,9 +91,9 @@ func fleetStatus(t *testing.T, file string) (failover.FleetStatus, int) {
 
 // waitStatus polls `leasebridge status` until ok accepts the session's
 // view; limit is a test timeout.
-func waitStatus(t *testing.T, file string, limit time.Duration, what string, ok func(failover.FleetSession) bool) failover.FleetSession {
+func waitStatus(t *testing.T, file string, limit time.Duration, what string, ok func(fleetview.Session) bool) fleetview.Session {
 	t.Helper()
-	var last failover.FleetSession
+	var last fleetview.Session
 	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		st, _ := fleetStatus(t, file)
 		if last = st.Sessions[0]; ok(last) {
@@ -104,8 +104,8 @@ func waitStatus(t *testing.T, file string, limit time.Duration, what string, ok 
 	return last
 }
 
-func liveEligible(node string) func(failover.FleetSession) bool {
-	return func(s failover.FleetSession) bool { return strings.Contains(strings.Join(s.LiveEligible, ","), node) }
+func liveEligible(node string) func(fleetview.Session) bool {
+	return func(s fleetview.Session) bool { return strings.Contains(strings.Join(s.LiveEligible, ","), node) }
 }
 
 // handoverRounds is how many handovers TestHandoverGapWithinBudget
@@ -181,7 +181,7 @@ func TestHandoverGapWithinBudget(t *testing.T) {
 	var printed string
 	owner, next := a, b
 	for range handoverRounds(t) {
-		before := waitStatus(t, a.path, 30*time.Second, next.name+" live, "+owner.name+" serving", func(s failover.FleetSession) bool {
+		before := waitStatus(t, a.path, 30*time.Second, next.name+" live, "+owner.name+" serving", func(s fleetview.Session) bool {
 			return s.Node == owner.name && s.ServiceLevel == "full" && s.Handover == nil && liveEligible(next.name)(s)
 		})
 		var out, errb bytes.Buffer
@@ -365,12 +365,12 @@ func TestDrainAndUndrain(t *testing.T) {
 	if _, _, err := waitOwner(context.Background(), []*bridgeProc{b.bridgeProc}, nil, budget.Total); err != nil {
 		t.Fatalf("node-b after the drain: %v (handover budget %s)", err, budget.Total)
 	}
-	waitStatus(t, a.path, 10*time.Second, "node-a draining", func(s failover.FleetSession) bool { return !liveEligible("node-a")(s) })
+	waitStatus(t, a.path, 10*time.Second, "node-a draining", func(s fleetview.Session) bool { return !liveEligible("node-a")(s) })
 	// Drained, node-a does not take the session back even when node-b
 	// stops: it runs nowhere until node-a is undrained.
 	b.stop(t, syscall.SIGTERM)
-	waitStatus(t, a.path, 10*time.Second, "unowned, no live eligible node", func(s failover.FleetSession) bool {
-		return s.Status == failover.FleetUnowned && len(s.LiveEligible) == 0
+	waitStatus(t, a.path, 10*time.Second, "unowned, no live eligible node", func(s fleetview.Session) bool {
+		return s.Status == fleetview.Unowned && len(s.LiveEligible) == 0
 	})
 	for end := time.Now().Add(a.report.OwnerDeath.Total); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
 		if s := a.readyz(t); s.Owner {
@@ -394,7 +394,7 @@ func TestDrainAndUndrain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var view failover.FleetStatus
+	var view fleetview.Status
 	err = json.NewDecoder(resp.Body).Decode(&view)
 	resp.Body.Close()
 	if err != nil || resp.StatusCode != http.StatusOK || len(view.Sessions) != 1 || view.Sessions[0].Node != "node-a" || len(view.Nodes) != 2 {
@@ -422,7 +422,7 @@ func TestPinnedSessionRunsNowhereWhenItsNodeDies(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := f.startEdited(t, "node-b", pin)
-	st := waitStatus(t, b.path, 30*time.Second, "node-b's row", func(s failover.FleetSession) bool { return s.Status == failover.FleetOwned })
+	st := waitStatus(t, b.path, 30*time.Second, "node-b's row", func(s fleetview.Session) bool { return s.Status == fleetview.Owned })
 	if st.Node != "node-a" || strings.Join(st.Pinning.Nodes, ",") != "node-a" || strings.Join(st.LiveEligible, ",") != "node-a" {
 		t.Errorf("status %+v: want owned by node-a, pinned to node-a, node-a the only live eligible node", st)
 	}
@@ -440,7 +440,7 @@ func TestPinnedSessionRunsNowhereWhenItsNodeDies(t *testing.T) {
 		}
 	}
 	s, code := fleetStatus(t, b.path)
-	if code != exitRefused || s.Sessions[0].Status != failover.FleetStale || len(s.Sessions[0].LiveEligible) != 0 {
+	if code != exitRefused || s.Sessions[0].Status != fleetview.Stale || len(s.Sessions[0].LiveEligible) != 0 {
 		t.Errorf("status exit %d, %+v: want 1, stale, no live eligible node", code, s.Sessions[0])
 	}
 	var text bytes.Buffer
@@ -524,10 +524,10 @@ func spreadConfig(t *testing.T, plcs []*loggingPLC) func(string) string {
 
 // owners maps every session to its owner node once every session is
 // owned at ServiceLevelFull, with its epoch.
-func owners(st failover.FleetStatus) (map[string]string, map[string]uint64, bool) {
+func owners(st fleetview.Status) (map[string]string, map[string]uint64, bool) {
 	out, epochs := map[string]string{}, map[string]uint64{}
 	for _, s := range st.Sessions {
-		if s.Status != failover.FleetOwned || s.ServiceLevel != "full" {
+		if s.Status != fleetview.Owned || s.ServiceLevel != "full" {
 			return nil, nil, false
 		}
 		out[s.Session], epochs[s.Session] = s.Node, s.Epoch
@@ -556,7 +556,7 @@ func waitSpread(t *testing.T, file string, want map[string]int, limit time.Durat
 		seen := time.Now()
 		for _, s := range st.Sessions {
 			key := s.Session + "@" + s.Node
-			if _, ok := since[key]; !ok && s.Status == failover.FleetOwned && s.ServiceLevel == "full" {
+			if _, ok := since[key]; !ok && s.Status == fleetview.Owned && s.ServiceLevel == "full" {
 				since[key] = seen
 			}
 		}

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasebridge/leasebridge/cmd/leasebridge/exitcode"
+	"github.com/leasebridge/leasebridge/cmd/leasebridge/httpapi"
 	"github.com/leasebridge/leasebridge/failover"
 	"github.com/leasebridge/leasebridge/internal/faultproxy"
 	"github.com/leasebridge/leasebridge/internal/testbin"
@@ -34,7 +36,7 @@ func (pr *proc) readiness() (readiness, error) {
 		return readiness{}, err
 	}
 	code := resp.StatusCode
-	var body failover.Readiness
+	var body httpapi.Readiness
 	err = json.NewDecoder(resp.Body).Decode(&body)
 	resp.Body.Close()
 	if err != nil {
@@ -134,7 +136,7 @@ func TestRunStoreCutReadyzAndGauge(t *testing.T) {
 }
 
 // SIGTERM while the lease store is unreachable: the release fails, the
-// process says so per session and exits 1 (failover.ExitFailure), never
+// process says so per session and exits 1 (exitcode.Failure), never
 // "every lease released".
 func TestRunSIGTERMStoreUnreachableExitsFailure(t *testing.T) {
 	p := startRunPeers(t)
@@ -150,8 +152,8 @@ func TestRunSIGTERMStoreUnreachableExitsFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	tm := a.report.Timing
-	if code := a.waitExit(t, a.report.CloseBound+2*tm.RenewCallTimeout+2*time.Second); code != failover.ExitFailure {
-		t.Fatalf("exit status = %d, want %d", code, failover.ExitFailure)
+	if code := a.waitExit(t, a.report.CloseBound+2*tm.RenewCallTimeout+2*time.Second); code != exitcode.Failure {
+		t.Fatalf("exit status = %d, want %d", code, exitcode.Failure)
 	}
 	logs := a.logText()
 	for _, want := range []string{`msg="lease release failed; standbys take over after lease_ttl" session=plc`,
@@ -177,8 +179,8 @@ func TestRunEmbeddedDataDirLocked(t *testing.T) {
 	start := time.Now()
 	second := launch(t, t.TempDir(), "gw2", addr2, p.standalone(dataDir, addr2))
 	// Within the longest start-up wait the embedded store allows.
-	if code := second.waitExit(t, etcdembed.ReadyTimeout); code != failover.ExitFailure {
-		t.Fatalf("second instance exit %d, want %d", code, failover.ExitFailure)
+	if code := second.waitExit(t, etcdembed.ReadyTimeout); code != exitcode.Failure {
+		t.Fatalf("second instance exit %d, want %d", code, exitcode.Failure)
 	}
 	logs := second.logText()
 	if !strings.Contains(logs, "data directory in use by another process") || !strings.Contains(logs, filepath.Join(dataDir, "etcd")) {
@@ -187,7 +189,7 @@ func TestRunEmbeddedDataDirLocked(t *testing.T) {
 	if r, err := first.readiness(); err != nil || r.code != http.StatusOK {
 		t.Errorf("first instance after the second: %+v %v", r, err)
 	}
-	t.Logf("second instance on the same data_dir exited %d after %s", failover.ExitFailure, time.Since(start))
+	t.Logf("second instance on the same data_dir exited %d after %s", exitcode.Failure, time.Since(start))
 }
 
 // A full disk under data_dir (a 1 MB tmpfs) ends the process with one line
@@ -209,8 +211,8 @@ func TestRunEmbeddedDiskFull(t *testing.T) {
 	p := startRunPeers(t)
 	addr := testbin.FreeAddr(t)
 	gw := launch(t, t.TempDir(), "gw", addr, p.standalone(dir, addr))
-	if code := gw.waitExit(t, etcdembed.ReadyTimeout); code != failover.ExitFailure {
-		t.Fatalf("exit %d on a full disk, want %d", code, failover.ExitFailure)
+	if code := gw.waitExit(t, etcdembed.ReadyTimeout); code != exitcode.Failure {
+		t.Fatalf("exit %d on a full disk, want %d", code, exitcode.Failure)
 	}
 	logs := gw.logText()
 	if !strings.Contains(logs, `msg="embedded lease store failed; exiting"`) || !strings.Contains(logs, `cause="disk full (ENOSPC)"`) {
@@ -249,8 +251,8 @@ func TestRunStoreCredentialsAtStart(t *testing.T) {
 		name, etcd string
 		want       int
 	}{
-		{"refused", c.Endpoints()[0], failover.ExitInvalid},
-		{"unreachable", "http://" + testbin.FreeAddr(t), failover.ExitFailure},
+		{"refused", c.Endpoints()[0], exitcode.Invalid},
+		{"unreachable", "http://" + testbin.FreeAddr(t), exitcode.Failure},
 	} {
 		addr := testbin.FreeAddr(t)
 		y := testbin.Config(testbin.Bridge{Etcd: tc.etcd, Broker: p.broker.URL, PLC: p.plc.Addr(), Node: tc.name, HTTP: addr,
@@ -268,22 +270,22 @@ func TestRunStoreCredentialsAtStart(t *testing.T) {
 }
 
 // `admit` and `run` share 0, 1 and 2, and docs/operations.md's table
-// (failover.ExitStatuses) lists every status run returns, once each.
+// (exitcode.Statuses) lists every status run returns, once each.
 func TestExitStatusesAgree(t *testing.T) {
-	if exitOK != failover.ExitOK || exitRefused != failover.ExitFailure || exitInvalid != failover.ExitInvalid {
+	if exitOK != exitcode.OK || exitRefused != exitcode.Failure || exitInvalid != exitcode.Invalid {
 		t.Errorf("admit's 0/1/2 (%d/%d/%d) differ from run's (%d/%d/%d)", exitOK, exitRefused, exitInvalid,
-			failover.ExitOK, failover.ExitFailure, failover.ExitInvalid)
+			exitcode.OK, exitcode.Failure, exitcode.Invalid)
 	}
 	seen := map[int]bool{}
-	for _, e := range failover.ExitStatuses {
+	for _, e := range exitcode.Statuses {
 		if seen[e.Code] || e.When == "" || e.Do == "" {
 			t.Errorf("exit status %d listed twice or without when/do", e.Code)
 		}
 		seen[e.Code] = true
 	}
-	for _, c := range []int{failover.ExitOK, failover.ExitFailure, failover.ExitInvalid, failover.ExitStepDown} {
+	for _, c := range []int{exitcode.OK, exitcode.Failure, exitcode.Invalid, exitcode.StepDown} {
 		if !seen[c] {
-			t.Errorf("exit status %d is not in failover.ExitStatuses", c)
+			t.Errorf("exit status %d is not in exitcode.Statuses", c)
 		}
 	}
 }

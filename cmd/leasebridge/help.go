@@ -5,7 +5,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/leasebridge/leasebridge/failover"
+	"github.com/leasebridge/leasebridge/cmd/leasebridge/exitcode"
 )
 
 // aboutText fills an about format with the exit statuses from the code.
@@ -13,8 +13,8 @@ func aboutText(format string) string {
 	if !strings.Contains(format, "%[") {
 		return strings.TrimSpace(format) // Sprintf would flag the unused values
 	}
-	return strings.TrimSpace(fmt.Sprintf(format, exitOK, exitRefused, exitInvalid, failover.ExitStepDown,
-		signalExit(syscall.SIGINT), signalExit(syscall.SIGTERM), failover.ExitFailure))
+	return strings.TrimSpace(fmt.Sprintf(format, exitOK, exitRefused, exitInvalid, exitcode.StepDown,
+		signalExit(syscall.SIGINT), signalExit(syscall.SIGTERM), exitcode.Failure))
 }
 
 // signalExit is the exit status of a command ended by sig: 128 + its number.
@@ -25,8 +25,8 @@ func signalExit(sig syscall.Signal) int { return 128 + int(sig) }
 // examples.
 
 // The about texts are formats: %[1]d is exitOK, %[2]d exitRefused, %[3]d
-// exitInvalid, %[4]d failover.ExitStepDown, %[5]d and %[6]d the demo's
-// exits on SIGINT and SIGTERM, %[7]d failover.ExitFailure (see aboutText).
+// exitInvalid, %[4]d exitcode.StepDown, %[5]d and %[6]d the demo's
+// exits on SIGINT and SIGTERM, %[7]d exitcode.Failure (see aboutText).
 
 const runAbout = `
 The bridge. Admission runs first: a configuration it refuses exits %[2]d before

@@ -17,7 +17,7 @@
 // released (run); 1 refused by admission or a runtime failure (run: a
 // lease release that failed at shutdown, an embedded store that cannot
 // run); 2 invalid configuration or usage; 75 (run) stepped down after the
-// broker path stayed lost, to be restarted as a standby. failover.ExitStatuses
+// broker path stayed lost, to be restarted as a standby. exitcode.Statuses
 // lists run's, rendered in docs/operations.md.
 //
 // The command line is the standard flag package and the small command
@@ -33,15 +33,14 @@ import (
 	"os"
 	"strings"
 
-	"github.com/leasebridge/leasebridge/failover"
-	"github.com/leasebridge/leasebridge/internal/report"
+	"github.com/leasebridge/leasebridge/cmd/leasebridge/exitcode"
 )
 
-// Exit statuses, shared with the generated docs.
+// Short names for the statuses of the one exit-code table (exitcode).
 const (
-	exitOK      = report.ExitAdmitted
-	exitRefused = report.ExitRefused
-	exitInvalid = report.ExitInvalid
+	exitOK      = exitcode.OK
+	exitRefused = exitcode.Refused
+	exitInvalid = exitcode.Invalid
 )
 
 func main() {
@@ -149,7 +148,7 @@ func writeCommands(w io.Writer) {
 	fmt.Fprintf(w, "  %-8s %s\n", "help", "this list; `leasebridge help COMMAND` prints a command's flags and examples")
 	fmt.Fprintf(w, "\nexit status: %d admitted or stopped cleanly; %d refused or a runtime failure;\n"+
 		"%d invalid configuration or usage; %d (run) stepped down, restart as a standby.\n",
-		exitOK, exitRefused, exitInvalid, failover.ExitStepDown)
+		exitOK, exitRefused, exitInvalid, exitcode.StepDown)
 }
 
 // flagSet is a command's flags: -h prints the command's help to stdout; an

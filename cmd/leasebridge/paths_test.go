@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasebridge/leasebridge/cmd/leasebridge/exitcode"
 	"github.com/leasebridge/leasebridge/failover"
 	"github.com/leasebridge/leasebridge/internal/faultproxy"
 	"github.com/leasebridge/leasebridge/internal/testbin"
@@ -129,8 +130,8 @@ func activationStepDown(t *testing.T, p *runPeers, editA func(*testbin.Bridge), 
 	termStart := waitSession(t, b, b.report.OwnerDeath.Total, "owner", func(s failover.SessionStatus) bool { return s.Owner })
 	a2 := p.startWith(t, "node-a2", editA)
 	budget := b.report.BrokerPath.Total
-	if code := b.waitExit(t, budget); code != failover.ExitStepDown {
-		t.Fatalf("faulty owner exit status = %d, want %d", code, failover.ExitStepDown)
+	if code := b.waitExit(t, budget); code != exitcode.StepDown {
+		t.Fatalf("faulty owner exit status = %d, want %d", code, exitcode.StepDown)
 	}
 	steppedDown := time.Since(termStart)
 	served := a2.servedRequests(t, p, budget-time.Since(termStart))

@@ -20,11 +20,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/leasebridge/leasebridge/admission"
+	"github.com/leasebridge/leasebridge/cmd/leasebridge/exitcode"
+	"github.com/leasebridge/leasebridge/cmd/leasebridge/httpapi"
 	"github.com/leasebridge/leasebridge/failover"
 	"github.com/leasebridge/leasebridge/internal/redact"
 	"github.com/leasebridge/leasebridge/lease"
 	"github.com/leasebridge/leasebridge/lease/etcdembed"
 	"github.com/leasebridge/leasebridge/lease/etcdstore"
+	"github.com/leasebridge/leasebridge/preflight"
 	"github.com/leasebridge/leasebridge/routes"
 
 	// Every transport registers itself: its connection and its config.
@@ -52,7 +55,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	cfg, built, errs := load(*file, true)
 	if len(errs) > 0 {
 		writeInvalid(stderr, "run", *file, errs)
-		return failover.ExitInvalid
+		return exitcode.Invalid
 	}
 	reports := built.Admit()
 	refused := false
@@ -63,7 +66,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if refused {
-		return failover.ExitFailure
+		return exitcode.Failure
 	}
 	failover.LogBudgets(log, reports)
 	if _, set := os.LookupEnv("GOGC"); !set {
@@ -83,12 +86,12 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 // until ctx ends or a step-down, and returns the process exit status.
 // built is what load built from cfg, whose devices the first terms open;
 // started, when not nil, receives the supervisor once it runs.
-func serve(ctx context.Context, built *failover.Built, cfg *routes.Config, reports []admission.Report, log *slog.Logger, started chan<- *failover.Supervisor) (int, error) {
+func serve(ctx context.Context, built *preflight.Built, cfg *routes.Config, reports []admission.Report, log *slog.Logger, started chan<- *failover.Supervisor) (int, error) {
 	node := cfg.Node
 	if node == "" {
 		h, err := os.Hostname()
 		if err != nil {
-			return failover.ExitInvalid, fmt.Errorf("node is not set and the host name is unknown: %w", err)
+			return exitcode.Invalid, fmt.Errorf("node is not set and the host name is unknown: %w", err)
 		}
 		node = h
 	}
@@ -98,11 +101,11 @@ func serve(ctx context.Context, built *failover.Built, cfg *routes.Config, repor
 		if err != nil && ctx.Err() != nil {
 			// SIGTERM or SIGINT during start-up: nothing was held.
 			log.Info("stopped before the embedded store was ready", "err", err)
-			return failover.ExitOK, nil
+			return exitcode.OK, nil
 		}
 		if err != nil {
 			embeddedFailed(log, err)
-			return failover.ExitFailure, nil
+			return exitcode.Failure, nil
 		}
 		defer srv.Close()
 		endpoints = srv.Endpoints
@@ -119,13 +122,13 @@ func serve(ctx context.Context, built *failover.Built, cfg *routes.Config, repor
 	sv, err := failover.New(failover.Options{Config: cfg, Reports: reports, Built: built, Store: store, StoreEndpoints: endpoints,
 		Identity: id, Node: node, Logger: log, Metrics: failover.NewMetrics(reg), Claims: store, Fleet: store})
 	if err != nil {
-		return failover.ExitInvalid, err
+		return exitcode.Invalid, err
 	}
 	ln, err := net.Listen("tcp", cfg.HTTPListen)
 	if err != nil {
-		return failover.ExitInvalid, fmt.Errorf("http_listen %s: %w", cfg.HTTPListen, err)
+		return exitcode.Invalid, fmt.Errorf("http_listen %s: %w", cfg.HTTPListen, err)
 	}
-	hs := &http.Server{Handler: failover.Handler(sv, reg), ReadHeaderTimeout: 5 * time.Second}
+	hs := &http.Server{Handler: httpapi.Handler(sv, reg), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = hs.Serve(ln) }()
 	defer hs.Close()
 	log.Info("running", "node", node, "owner_identity", id.Owner, "http", ln.Addr().String(), "lease_store", redact.URLs(endpoints))
@@ -138,16 +141,17 @@ func serve(ctx context.Context, built *failover.Built, cfg *routes.Config, repor
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
 	switch {
 	case errors.Is(err, failover.ErrStepDown):
-		return failover.ExitStepDown, nil
+		log.Error("exiting after the step-down", "exit_status", exitcode.StepDown)
+		return exitcode.StepDown, nil
 	case errors.Is(err, failover.ErrReleaseFailed):
 		log.Error("stopped: lease releases failed; standbys take over after lease_ttl", "err", err,
-			"exit_status", failover.ExitFailure)
-		return failover.ExitFailure, nil
+			"exit_status", exitcode.Failure)
+		return exitcode.Failure, nil
 	case err != nil:
-		return failover.ExitFailure, err
+		return exitcode.Failure, err
 	}
 	log.Info("stopped: every lease released")
-	return failover.ExitOK, nil
+	return exitcode.OK, nil
 }
 
 // storeExit is the exit status for a lease store the client could not
@@ -159,9 +163,9 @@ func serve(ctx context.Context, built *failover.Built, cfg *routes.Config, repor
 // store probe (not ready) instead of ending the process.
 func storeExit(err error) int {
 	if errors.Is(err, etcdstore.ErrAuth) || errors.Is(err, etcdstore.ErrConfig) {
-		return failover.ExitInvalid
+		return exitcode.Invalid
 	}
-	return failover.ExitFailure
+	return exitcode.Failure
 }
 
 // startEmbedded starts the embedded single-member store in data_dir. Its
@@ -173,7 +177,7 @@ func startEmbedded(ctx context.Context, cfg *routes.Config, log *slog.Logger) (*
 	log.Info("no lease_store endpoints: starting the embedded single-member store", "dir", dir)
 	return etcdembed.StartWith(ctx, etcdembed.Options{Dir: dir, Logger: log, OnFatal: func(err error) {
 		embeddedFailed(log.With("dir", dir), err)
-		os.Exit(failover.ExitFailure)
+		os.Exit(exitcode.Failure)
 	}})
 }
 
@@ -181,7 +185,7 @@ func startEmbedded(ctx context.Context, cfg *routes.Config, log *slog.Logger) (*
 // the process.
 func embeddedFailed(log *slog.Logger, err error) {
 	log.Error("embedded lease store failed; exiting", "cause", embeddedCause(err), "err", err,
-		"exit_status", failover.ExitFailure)
+		"exit_status", exitcode.Failure)
 }
 
 // embeddedCause names why the embedded store stopped, for the log line.

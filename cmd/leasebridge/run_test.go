@@ -14,12 +14,13 @@ import (
 	"time"
 
 	"github.com/leasebridge/leasebridge/admission"
-	"github.com/leasebridge/leasebridge/failover"
+	"github.com/leasebridge/leasebridge/cmd/leasebridge/exitcode"
 	"github.com/leasebridge/leasebridge/internal/embedbroker"
 	"github.com/leasebridge/leasebridge/internal/faultproxy"
 	"github.com/leasebridge/leasebridge/internal/plcsim"
 	"github.com/leasebridge/leasebridge/internal/testbin"
 	"github.com/leasebridge/leasebridge/lease/etcdembed"
+	"github.com/leasebridge/leasebridge/preflight"
 	"github.com/leasebridge/leasebridge/routes"
 	"github.com/leasebridge/leasebridge/transports/mqtt"
 )
@@ -121,7 +122,7 @@ func launch(t *testing.T, dir, node, addr, y string) *proc {
 
 // writeRoutes writes configuration y to dir/node.yaml, parses it and builds
 // its transports as the process will.
-func writeRoutes(t *testing.T, dir, node, y string) (string, *failover.Built) {
+func writeRoutes(t *testing.T, dir, node, y string) (string, *preflight.Built) {
 	t.Helper()
 	path := filepath.Join(dir, node+".yaml")
 	if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
@@ -131,14 +132,14 @@ func writeRoutes(t *testing.T, dir, node, y string) (string, *failover.Built) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return path, preflight(t, cfg)
+	return path, preflightOf(t, cfg)
 }
 
-// preflight builds cfg's transports as admit and run do; its Admit and
+// preflightOf builds cfg's transports as admit and run do; its Admit and
 // Sessions are theirs.
-func preflight(t testing.TB, cfg *routes.Config) *failover.Built {
+func preflightOf(t testing.TB, cfg *routes.Config) *preflight.Built {
 	t.Helper()
-	built, errs := failover.Preflight(cfg, true)
+	built, errs := preflight.Build(cfg, true)
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
@@ -228,7 +229,7 @@ func TestRunSIGTERMReleasesAndExitsZero(t *testing.T) {
 }
 
 // Cutting only the owner's broker path makes the owner process step down
-// and exit with status 75 (failover.ExitStepDown); the other process takes
+// and exit with status 75 (exitcode.StepDown); the other process takes
 // over within the broker-path budget plus the MQTT keepalive detection
 // that runs before its clock starts.
 func TestRunBrokerPathStepDownExitStatus(t *testing.T) {
@@ -244,8 +245,8 @@ func TestRunBrokerPathStepDownExitStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	budget := a.report.BrokerPath.Total + mqtt.DetectionBound(testbin.KeepAlive)
-	if code := a.waitExit(t, budget); code != failover.ExitStepDown {
-		t.Fatalf("owner exit status = %d, want %d", code, failover.ExitStepDown)
+	if code := a.waitExit(t, budget); code != exitcode.StepDown {
+		t.Fatalf("owner exit status = %d, want %d", code, exitcode.StepDown)
 	}
 	_, st, err := waitOwner(context.Background(), []*bridgeProc{b.bridgeProc}, nil, budget)
 	if err != nil {
@@ -259,7 +260,7 @@ func TestRunBrokerPathStepDownExitStatus(t *testing.T) {
 		t.Errorf("PLC saw %d concurrent connections", peak)
 	}
 	t.Logf("broker path cut: owner exited %d, standby serving %s after the cut (FailureToFull %s; budget %s + detection %s)",
-		failover.ExitStepDown, took, time.Duration(st.FailureToFullNS), a.report.BrokerPath.Total, mqtt.DetectionBound(testbin.KeepAlive))
+		exitcode.StepDown, took, time.Duration(st.FailureToFullNS), a.report.BrokerPath.Total, mqtt.DetectionBound(testbin.KeepAlive))
 }
 
 // Under systemd (Type=notify, WatchdogSec) the bridge sends READY=1 once it
@@ -344,7 +345,7 @@ func TestRunStandaloneEmbeddedStore(t *testing.T) {
 	if err := gw.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if code := gw.waitExit(t, gw.report.CloseBound+2*gw.report.Timing.RenewCallTimeout+etcdembed.CloseTimeout); code != failover.ExitOK {
-		t.Errorf("exit status after SIGTERM = %d, want %d", code, failover.ExitOK)
+	if code := gw.waitExit(t, gw.report.CloseBound+2*gw.report.Timing.RenewCallTimeout+etcdembed.CloseTimeout); code != exitcode.OK {
+		t.Errorf("exit status after SIGTERM = %d, want %d", code, exitcode.OK)
 	}
 }

@@ -13,7 +13,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/leasebridge/leasebridge/failover"
+	"github.com/leasebridge/leasebridge/fleetview"
 	"github.com/leasebridge/leasebridge/internal/testbin"
 	"github.com/leasebridge/leasebridge/internal/testetcd"
 	"github.com/leasebridge/leasebridge/lease"
@@ -58,7 +58,7 @@ func TestStatusOwnedUnownedPinnedMismatched(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	timing := lease.ConfigFromReport(preflight(t, cfg).Admit()[0]).RowTiming()
+	timing := lease.ConfigFromReport(preflightOf(t, cfg).Admit()[0]).RowTiming()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	st, err := etcdstore.New(ctx, etcdstore.Config{Endpoints: c.Endpoints(), DialTimeout: 2 * time.Second, KeyPrefix: "/status-test/"})
@@ -105,7 +105,7 @@ func TestStatusOwnedUnownedPinnedMismatched(t *testing.T) {
 	if code != exitRefused || got.AllOwned {
 		t.Errorf("status exit %d all_owned %v, want 1 and false", code, got.AllOwned)
 	}
-	by := map[string]failover.FleetSession{}
+	by := map[string]fleetview.Session{}
 	for _, s := range got.Sessions {
 		by[s.Session] = s
 	}
@@ -116,16 +116,16 @@ func TestStatusOwnedUnownedPinnedMismatched(t *testing.T) {
 		}
 	}
 	o := by["owned"]
-	check("owned", o.Status == failover.FleetOwned && o.Node == "a" && o.Epoch == 4 && o.ServiceLevel == "full" && o.TimingMismatch == nil &&
+	check("owned", o.Status == fleetview.Owned && o.Node == "a" && o.Epoch == 4 && o.ServiceLevel == "full" && o.TimingMismatch == nil &&
 		o.RowAgeNS != nil && *o.RowAgeNS < int64(timing.LeaseTTL) && strings.Join(o.LiveEligible, ",") == "a,b" && o.OwnerEligible &&
 		o.Timing != nil && *o.Timing == timing && o.HandoverBudgetNS > 0)
 	u := by["unowned"]
-	check("unowned", u.Status == failover.FleetUnowned && u.RowVersion == 0 && u.ServiceLevel == "none" && u.Owner == "")
+	check("unowned", u.Status == fleetview.Unowned && u.RowVersion == 0 && u.ServiceLevel == "none" && u.Owner == "")
 	p := by["pinned"]
-	check("pinned", p.Status == failover.FleetStale && p.Node == "edge-1" && len(p.LiveEligible) == 0 &&
+	check("pinned", p.Status == fleetview.Stale && p.Node == "edge-1" && len(p.LiveEligible) == 0 &&
 		strings.Join(p.Pinning.Nodes, ",") == "edge-1" && p.ServiceLevel == "unknown")
 	m := by["mismatch"]
-	check("mismatch", m.Status == failover.FleetOwned && m.ServiceLevel == "activating" && m.TimingMismatch != nil &&
+	check("mismatch", m.Status == fleetview.Owned && m.ServiceLevel == "activating" && m.TimingMismatch != nil &&
 		m.TimingMismatch.Row.LeaseTTL == other.LeaseTTL && m.TimingMismatch.File.LeaseTTL == timing.LeaseTTL)
 	if len(got.Nodes) != 3 || !got.Nodes[0].Live || !got.Nodes[1].Live || got.Nodes[2].Live {
 		t.Errorf("nodes %+v: want a and b live, edge-1 not", got.Nodes)

@@ -11,7 +11,7 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
-	"github.com/leasebridge/leasebridge/failover"
+	"github.com/leasebridge/leasebridge/dataplane"
 	"github.com/leasebridge/leasebridge/internal/plcsim"
 	"github.com/leasebridge/leasebridge/internal/testmqtt"
 	"github.com/leasebridge/leasebridge/internal/writetest"
@@ -64,7 +64,7 @@ func TestRunWritesAcrossOwnerDeath(t *testing.T) {
 
 	// A retained request, executed live by the owner.
 	req.Send(t, "retained", "setpoint", 4000, time.Now(), true)
-	req.WaitReply(t, "retained", failover.WriteOK, 5*time.Second)
+	req.WaitReply(t, "retained", dataplane.WriteOK, 5*time.Second)
 
 	// 10 requests a second from before the kill until the new owner serves
 	// and 1s after.
@@ -101,8 +101,8 @@ func TestRunWritesAcrossOwnerDeath(t *testing.T) {
 	close(stop)
 	ids := <-sent
 
-	req.WaitReply(t, "stale", failover.WriteStale, 5*time.Second)
-	req.WaitReply(t, "retained", failover.WriteRetained, 5*time.Second)
+	req.WaitReply(t, "stale", dataplane.WriteStale, 5*time.Second)
+	req.WaitReply(t, "retained", dataplane.WriteRetained, 5*time.Second)
 	for _, id := range ids {
 		req.WaitReply(t, id, "", 10*time.Second)
 	}
@@ -156,10 +156,10 @@ func TestRunWritesAcrossOwnerDeath(t *testing.T) {
 		var final []string
 		executedOK := false
 		for _, rep := range req.Replies(id) {
-			if rep.Code != failover.WriteRedelivered {
+			if rep.Code != dataplane.WriteRedelivered {
 				final = append(final, rep.Code)
 			}
-			executedOK = executedOK || rep.Code == failover.WriteOK
+			executedOK = executedOK || rep.Code == dataplane.WriteOK
 		}
 		switch {
 		case len(final) > 1:
@@ -171,7 +171,7 @@ func TestRunWritesAcrossOwnerDeath(t *testing.T) {
 		case len(final) == 1 && !executedOK && written[v] != 0:
 			t.Errorf("%s: refused %v, but written", id, final)
 		}
-		code := failover.WriteRedelivered
+		code := dataplane.WriteRedelivered
 		if len(final) == 1 {
 			code = final[0]
 		}
@@ -180,16 +180,16 @@ func TestRunWritesAcrossOwnerDeath(t *testing.T) {
 	// A request queued during the takeover is executed if it is still
 	// within max_age when the new owner receives it, else refused stale
 	// (the admitted budget may exceed max_age; this takeover did not).
-	if n := outcomes[failover.WriteOK] + outcomes[failover.WriteRedelivered] + outcomes[failover.WriteStale]; n != len(ids) {
+	if n := outcomes[dataplane.WriteOK] + outcomes[dataplane.WriteRedelivered] + outcomes[dataplane.WriteStale]; n != len(ids) {
 		t.Errorf("outcomes %v of %d requests: want ok, stale or redelivered only", outcomes, len(ids))
 	}
-	if takeover+time.Second < maxAge && outcomes[failover.WriteStale] != 0 {
-		t.Errorf("takeover took %s, but %d requests were refused stale (max_age %s)", takeover, outcomes[failover.WriteStale], maxAge)
+	if takeover+time.Second < maxAge && outcomes[dataplane.WriteStale] != 0 {
+		t.Errorf("takeover took %s, but %d requests were refused stale (max_age %s)", takeover, outcomes[dataplane.WriteStale], maxAge)
 	}
 	var afterKill int
 	for _, id := range ids {
 		for _, rep := range req.Replies(id) {
-			if rep.Code == failover.WriteOK && rep.Epoch > 1 {
+			if rep.Code == dataplane.WriteOK && rep.Epoch > 1 {
 				afterKill++
 			}
 		}

@@ -21,7 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
-	"github.com/leasebridge/leasebridge/failover"
+	"github.com/leasebridge/leasebridge/preflight"
 	"github.com/leasebridge/leasebridge/routes"
 
 	// The transports of every kind, which admission builds.
@@ -239,7 +239,7 @@ func checkQueueSizing(t *testing.T, m *manifest, cfg *routes.Config) {
 	if rate == nil || limit == nil {
 		t.Fatalf("mosquitto.conf lacks the sizing comment or max_queued_messages:\n%s", conf)
 	}
-	reports, errs := failover.Admit(cfg, false)
+	reports, errs := preflight.Admit(cfg, false)
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}

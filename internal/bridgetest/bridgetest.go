@@ -27,6 +27,7 @@ import (
 	"github.com/leasebridge/leasebridge/failover"
 	"github.com/leasebridge/leasebridge/internal/testbin"
 	"github.com/leasebridge/leasebridge/internal/testmqtt"
+	"github.com/leasebridge/leasebridge/preflight"
 	"github.com/leasebridge/leasebridge/routes"
 	"github.com/leasebridge/leasebridge/transports/mqtt"
 )
@@ -137,7 +138,7 @@ func Budget(tb testing.TB, o Options) time.Duration {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	reps, errs := failover.Admit(cfg, false)
+	reps, errs := preflight.Admit(cfg, false)
 	if len(errs) > 0 || len(reps) != 1 || !reps[0].Admitted() {
 		tb.Fatalf("bridgetest: configuration not admitted: %v %+v", errs, reps)
 	}

@@ -18,9 +18,12 @@ import (
 	"time"
 
 	"github.com/leasebridge/leasebridge/admission"
+	"github.com/leasebridge/leasebridge/cmd/leasebridge/exitcode"
+	"github.com/leasebridge/leasebridge/dataplane"
 	"github.com/leasebridge/leasebridge/failover"
 	"github.com/leasebridge/leasebridge/internal/report"
 	"github.com/leasebridge/leasebridge/lease/etcdembed"
+	"github.com/leasebridge/leasebridge/preflight"
 	"github.com/leasebridge/leasebridge/routes"
 	"github.com/leasebridge/leasebridge/transports"
 	"github.com/leasebridge/leasebridge/transports/tagvalue"
@@ -111,7 +114,7 @@ func render() (map[string][]byte, error) {
 	data := map[string]any{
 		"MinPoll":                  fs(time.Millisecond),
 		"StepStage":                fs(admission.MaxStepDownStage),
-		"StepDownExit":             failover.ExitStepDown,
+		"StepDownExit":             exitcode.StepDown,
 		"ClockPPM":                 admission.ClockRatePPM,
 		"MQTTConnect":              fs(routes.DefaultMQTTConnectTimeout),
 		"MQTTReconcile":            fs(routes.DefaultMQTTReconcileTimeout),
@@ -154,7 +157,7 @@ func render() (map[string][]byte, error) {
 		return nil, err
 	}
 	admit, err := execute(admitJSONTmpl, map[string]any{
-		"ExitAdmitted": report.ExitAdmitted, "ExitRefused": report.ExitRefused, "ExitInvalid": report.ExitInvalid,
+		"ExitAdmitted": exitcode.Admitted, "ExitRefused": exitcode.Refused, "ExitInvalid": exitcode.Invalid,
 		"Example": example, "SchemaVersion": report.SchemaVersion,
 	})
 	if err != nil {
@@ -178,8 +181,8 @@ func render() (map[string][]byte, error) {
 	}
 	opsData := map[string]any{
 		"StartupLog": startup,
-		"ExitOK":     failover.ExitOK, "ExitRefused": failover.ExitFailure, "ExitInvalid": failover.ExitInvalid,
-		"ExitFailure": failover.ExitFailure, "Exits": exitTable(),
+		"ExitOK":     exitcode.OK, "ExitRefused": exitcode.Failure, "ExitInvalid": exitcode.Invalid,
+		"ExitFailure": exitcode.Failure, "Exits": exitTable(),
 		"Metrics": metrics, "GCPercent": failover.GCPercent, "Probes": failover.ProbesPerRenewInterval,
 	}
 	for k, v := range embeddedDisk() {
@@ -201,8 +204,8 @@ func render() (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	statusPage, err := execute(statusJSONTmpl, map[string]any{"Example": statusEx, "ExitOK": report.ExitAdmitted,
-		"ExitNotOwned": report.ExitNotOwned, "ExitInvalid": report.ExitInvalid, "ExitStoreDown": report.ExitStoreDown})
+	statusPage, err := execute(statusJSONTmpl, map[string]any{"Example": statusEx, "ExitOK": exitcode.Admitted,
+		"ExitNotOwned": exitcode.NotOwned, "ExitInvalid": exitcode.Invalid, "ExitStoreDown": exitcode.StoreDown})
 	if err != nil {
 		return nil, err
 	}
@@ -236,7 +239,7 @@ func startupLog() (string, error) {
 		}
 		return a
 	}}))
-	reports, errs := failover.Admit(cfg, false)
+	reports, errs := preflight.Admit(cfg, false)
 	if len(errs) > 0 {
 		return "", errs
 	}
@@ -252,7 +255,7 @@ func admitExample() (string, error) {
 		return "", err
 	}
 	cfg.File = strings.TrimPrefix(exampleConfig, "../../")
-	built, errs := failover.Preflight(cfg, false)
+	built, errs := preflight.Build(cfg, false)
 	if len(errs) > 0 {
 		return "", errs
 	}
@@ -267,11 +270,11 @@ func admitExample() (string, error) {
 	return b.String(), nil
 }
 
-// exitTable renders failover.ExitStatuses.
+// exitTable renders exitcode.Statuses.
 func exitTable() string {
 	var b strings.Builder
 	b.WriteString("| exit status | when | what to do |\n|---|---|---|\n")
-	for _, e := range failover.ExitStatuses {
+	for _, e := range exitcode.Statuses {
 		fmt.Fprintf(&b, "| %d | %s | %s |\n", e.Code, e.When, e.Do)
 	}
 	return b.String()
@@ -294,9 +297,9 @@ func embeddedDisk() map[string]any {
 // bounds and the write route's defaults.
 func writesData() map[string]any {
 	return map[string]any{
-		"Codes": failover.WriteCodes, "MaxRequest": failover.MaxWriteRequestBytes, "MaxID": failover.MaxWriteIDBytes,
-		"MaxTag": failover.MaxWriteTagBytes, "MaxMessage": failover.MaxWriteMessageBytes, "MaxReply": failover.MaxWriteReplyBytes,
-		"QueueDepth": failover.WriteQueueDepth, "IDs": failover.MaxWriteIDsRemembered, "QoS0Backlog": failover.MaxWriteQoS0Backlog,
+		"Codes": dataplane.WriteCodes, "MaxRequest": dataplane.MaxWriteRequestBytes, "MaxID": dataplane.MaxWriteIDBytes,
+		"MaxTag": dataplane.MaxWriteTagBytes, "MaxMessage": dataplane.MaxWriteMessageBytes, "MaxReply": dataplane.MaxWriteReplyBytes,
+		"QueueDepth": dataplane.WriteQueueDepth, "IDs": dataplane.MaxWriteIDsRemembered, "QoS0Backlog": dataplane.MaxWriteQoS0Backlog,
 		"MaxNumber": tagvalue.MaxNumberLen, "MaxExponent": tagvalue.MaxExponent,
 		"MaxAge": admission.FormatSeconds(routes.DefaultWriteMaxAge), "ClockSkew": admission.FormatSeconds(routes.DefaultWriteClockSkew),
 		"QoS": routes.DefaultWriteQoS,

@@ -7,8 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/leasebridge/leasebridge/failover"
+	"github.com/leasebridge/leasebridge/fleetview"
 	"github.com/leasebridge/leasebridge/lease"
+	"github.com/leasebridge/leasebridge/preflight"
 	"github.com/leasebridge/leasebridge/routes"
 )
 
@@ -78,12 +79,12 @@ func statusExample() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	reports, errs := failover.Admit(cfg, false)
+	reports, errs := preflight.Admit(cfg, false)
 	if len(errs) > 0 {
 		return "", errs
 	}
 	f := exampleFleet{now: time.Date(2026, 1, 5, 8, 0, 0, 0, time.UTC), timing: lease.ConfigFromReport(reports[0]).RowTiming()}
-	st, err := failover.ReadFleetStatus(context.Background(), cfg, reports, f, f.now)
+	st, err := fleetview.Read(context.Background(), cfg, reports, f, f.now)
 	if err != nil {
 		return "", err
 	}

@@ -18,13 +18,6 @@ import (
 	"github.com/leasebridge/leasebridge/routes"
 )
 
-// Exit statuses of `leasebridge admit`.
-const (
-	ExitAdmitted = 0 // every session admitted
-	ExitRefused  = 1 // a session was refused
-	ExitInvalid  = 2 // the configuration or the command line is invalid
-)
-
 // SchemaVersion is the admit --json schema_version. It changes only if a
 // field is renamed or removed; added fields keep it.
 const SchemaVersion = 1

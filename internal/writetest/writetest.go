@@ -15,7 +15,7 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
-	"github.com/leasebridge/leasebridge/failover"
+	"github.com/leasebridge/leasebridge/dataplane"
 )
 
 // Requester publishes on a request topic and collects the replies on a
@@ -25,7 +25,7 @@ type Requester struct {
 	C    paho.Client
 	req  string
 	mu   sync.Mutex
-	byID map[string][]failover.WriteReply
+	byID map[string][]dataplane.WriteReply
 	n    int
 	lost []string
 }
@@ -36,7 +36,7 @@ type Requester struct {
 // no QoS 1 reply; a lost connection is recorded (Lost).
 func New(t testing.TB, url, reqTopic, replyTopic string) *Requester {
 	t.Helper()
-	r := &Requester{req: reqTopic, byID: map[string][]failover.WriteReply{}}
+	r := &Requester{req: reqTopic, byID: map[string][]dataplane.WriteReply{}}
 	o := paho.NewClientOptions().AddBroker(url).SetClientID(fmt.Sprintf("requester-%d", time.Now().UnixNano())).SetCleanSession(false)
 	o.SetMaxResumePubInFlight(64)
 	o.SetConnectionLostHandler(func(_ paho.Client, err error) {
@@ -50,7 +50,7 @@ func New(t testing.TB, url, reqTopic, replyTopic string) *Requester {
 	}
 	t.Cleanup(func() { r.C.Disconnect(100) })
 	tok := r.C.Subscribe(replyTopic, 1, func(_ paho.Client, m paho.Message) {
-		var rep failover.WriteReply
+		var rep dataplane.WriteReply
 		if err := json.Unmarshal(m.Payload(), &rep); err != nil {
 			t.Errorf("reply %q: %v", m.Payload(), err)
 			return
@@ -68,7 +68,7 @@ func New(t testing.TB, url, reqTopic, replyTopic string) *Requester {
 
 // Request is the JSON of a write request.
 func Request(id, tag string, value any, issued time.Time) []byte {
-	b, _ := json.Marshal(failover.WriteRequest{ID: id, Tag: tag, Value: value, IssuedAt: issued})
+	b, _ := json.Marshal(dataplane.WriteRequest{ID: id, Tag: tag, Value: value, IssuedAt: issued})
 	return b
 }
 
@@ -81,14 +81,14 @@ func (r *Requester) Send(t testing.TB, id, tag string, value any, issued time.Ti
 }
 
 // Replies returns the replies to id so far.
-func (r *Requester) Replies(id string) []failover.WriteReply {
+func (r *Requester) Replies(id string) []dataplane.WriteReply {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.byID[id])
 }
 
 // All returns every reply so far by id, and their number.
-func (r *Requester) All() (map[string][]failover.WriteReply, int) {
+func (r *Requester) All() (map[string][]dataplane.WriteReply, int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := maps.Clone(r.byID)

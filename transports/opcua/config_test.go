@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leasebridge/leasebridge/failover"
+	"github.com/leasebridge/leasebridge/preflight"
 	"github.com/leasebridge/leasebridge/routes"
 	"github.com/leasebridge/leasebridge/transports/transporttest"
 	// The Modbus kinds, whose keys an opcua device refuses by name.
@@ -192,7 +192,7 @@ func TestEntriesWithOneEndpointAreRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		reports, errs := failover.Admit(cfg, false)
+		reports, errs := preflight.Admit(cfg, false)
 		if len(errs) > 0 {
 			t.Fatalf("%s: preflight: %v", c.name, errs)
 		}

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leasebridge/leasebridge/failover"
+	"github.com/leasebridge/leasebridge/preflight"
 	"github.com/leasebridge/leasebridge/routes"
 	"github.com/leasebridge/leasebridge/transports/transporttest"
 	// The opcua kind, whose keys an s7 device refuses by name.
@@ -135,7 +135,7 @@ func TestOneCPUTwiceIsRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		reports, errs := failover.Admit(cfg, false)
+		reports, errs := preflight.Admit(cfg, false)
 		if len(errs) > 0 {
 			t.Fatal(errs)
 		}

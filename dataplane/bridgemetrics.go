@@ -1,4 +1,4 @@
-package failover
+package dataplane
 
 import (
 	"sync"
@@ -30,7 +30,8 @@ type bridgeTotals struct {
 	live             map[*mqtt.Bridge]bool
 }
 
-func newBridgeCounters() *BridgeCounters {
+// NewBridgeCounters makes the collector; register it once per process.
+func NewBridgeCounters() *BridgeCounters {
 	return &BridgeCounters{
 		forwarded: prometheus.NewDesc("leasebridge_bridge_forwarded_total",
 			"Messages a bridge route forwarded and its target broker acknowledged, by direction (in: remote to local, out: local to remote).",
@@ -49,8 +50,8 @@ func (c *BridgeCounters) Declare(session, route string) {
 	c.totals(bridgeKey{session, route})
 }
 
-// declare declares the session's bridge routes.
-func (c *BridgeCounters) declare(session string, rs []*routes.Route) {
+// DeclareRoutes declares the session's bridge routes.
+func (c *BridgeCounters) DeclareRoutes(session string, rs []*routes.Route) {
 	for _, r := range rs {
 		if r.Kind == routes.RouteBridge {
 			c.Declare(session, r.Name)
@@ -67,10 +68,10 @@ func (c *BridgeCounters) totals(k bridgeKey) *bridgeTotals {
 	return t
 }
 
-// track counts b's messages under session from now on; the returned
+// Track counts b's messages under session from now on; the returned
 // function, called when b stopped running, folds its final counts into
 // the route's totals.
-func (c *BridgeCounters) track(session string, b *mqtt.Bridge) func() {
+func (c *BridgeCounters) Track(session string, b *mqtt.Bridge) func() {
 	k := bridgeKey{session, b.Name()}
 	c.mu.Lock()
 	c.totals(k).live[b] = true

@@ -1,4 +1,4 @@
-package failover
+package dataplane
 
 import (
 	"encoding/json"
@@ -47,7 +47,7 @@ func TestParseWriteRequestIsStrict(t *testing.T) {
 // The worst a request can make a reply hold: id, tag and message of
 // characters JSON escapes six-fold, cut to their bounds.
 func TestReplyIsBounded(t *testing.T) {
-	w := &writer{t: &term{s: &session{name: "press-1"}, epoch: 7}, route: &routes.Route{Name: "press-1-commands"}}
+	w := &writer{t: &Term{spec: Spec{Session: "press-1", Epoch: 7}}, route: &routes.Route{Name: "press-1-commands"}}
 	evil := strings.Repeat("\x01<", 1<<16)
 	rep := w.reply(writeReq{id: evil, tag: evil}, WriteDeviceError, evil)
 	age := int64(-1 << 62)

@@ -1,4 +1,4 @@
-package failover
+package dataplane
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 
 	"github.com/leasebridge/leasebridge/routes"
 	"github.com/leasebridge/leasebridge/transports"
-	"github.com/leasebridge/leasebridge/transports/mqtt"
 )
 
 // topicFor fills a poll route's topic template.
@@ -18,11 +17,11 @@ func topicFor(r *routes.Route, group, tag string) string {
 
 // poller publishes one poll group of one poll route.
 type poller struct {
-	t      *term
+	t      *Term
 	route  *routes.Route
 	group  *routes.PollGroup
 	dev    transports.Poller
-	local  *mqtt.Client
+	local  Publisher
 	last   map[string]transports.Value
 	band   map[string]float64
 	onGood func()
@@ -49,14 +48,14 @@ func (p *poller) topic(tag string) string {
 // report logs the start and the end of a failure of op; err nil means op
 // succeeded.
 func (p *poller) report(op string, err error, attrs ...any) {
-	s := p.t.s
+	log := p.t.spec.Env.Log()
 	switch {
 	case err != nil && !p.failing[op]:
 		p.failing[op] = true
-		s.log.Warn(op+" failing", append(attrs, "route", p.route.Name, "group", p.group.Name, "err", err)...)
+		log.Warn(op+" failing", append(attrs, "route", p.route.Name, "group", p.group.Name, "err", err)...)
 	case err == nil && p.failing[op]:
 		p.failing[op] = false
-		s.log.Info(op+" recovered", append(attrs, "route", p.route.Name, "group", p.group.Name)...)
+		log.Info(op+" recovered", append(attrs, "route", p.route.Name, "group", p.group.Name)...)
 	}
 }
 
@@ -130,15 +129,15 @@ func (p *poller) start(ctx context.Context, valid func() bool, wg *sync.WaitGrou
 }
 
 func (p *poller) once(ctx context.Context) {
-	s := p.t.s
+	env := p.t.spec.Env
 	vals, err := p.dev.Poll(ctx, p.group.Name)
 	if ctx.Err() != nil {
 		return
 	}
 	p.report("poll", err)
-	p.t.h.device(p.route.Device, err, time.Now())
+	env.Device(p.route.Device, err, time.Now())
 	if err != nil {
-		s.sup.o.Metrics.TransportErrors.WithLabelValues(s.name, p.dev.Name(), "poll").Inc()
+		env.TransportError(p.dev.Name(), "poll")
 		// The device is gone: every tag of the group is published as bad
 		// on every failed poll (docs/mqtt.md), so consumers see the outage.
 		vals = p.badValues(vals, err)
@@ -156,7 +155,7 @@ func (p *poller) once(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			s.sup.o.Metrics.TransportErrors.WithLabelValues(s.name, p.local.Name(), "publish").Inc()
+			env.TransportError(p.local.Name(), "publish")
 			pubErr = err
 			delete(p.last, v.Tag) // publish it again next time
 			continue

@@ -1,6 +1,8 @@
-package failover_test
+package preflight_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -8,7 +10,7 @@ import (
 	"time"
 
 	"github.com/leasebridge/leasebridge/admission"
-	"github.com/leasebridge/leasebridge/failover"
+	"github.com/leasebridge/leasebridge/preflight"
 	"github.com/leasebridge/leasebridge/routes"
 	"github.com/leasebridge/leasebridge/transports"
 )
@@ -42,15 +44,15 @@ func init() {
 		if sc.Skew.D() > time.Hour {
 			return nil, fmt.Errorf("skew %s is above 1h", sc.Skew.D())
 		}
-		return failover.NewStubTransport(name, c+r+sc.Skew.D(), sc.Close.D()), nil
+		return &stubTransport{name: name, bound: c + r + sc.Skew.D(), closing: sc.Close.D()}, nil
 	})
 }
 
-// admit is what admit and run compute for cfg (failover.Admit), failing
-// the test on a problem Preflight finds.
+// admit is what admit and run compute for cfg (preflight.Admit), failing
+// the test on a problem preflight finds.
 func admit(t testing.TB, cfg *routes.Config) []admission.Report {
 	t.Helper()
-	reports, errs := failover.Admit(cfg, true)
+	reports, errs := preflight.Admit(cfg, true)
 	if len(errs) > 0 {
 		t.Fatalf("preflight: %v", errs)
 	}
@@ -110,7 +112,7 @@ func TestAdmissionSumsWhatTheTransportReports(t *testing.T) {
 // A device whose transport cannot be built is refused with its file and
 // line, and its session is not admitted on a guessed bound.
 func TestUnbuiltTransportIsRefusedAtItsLine(t *testing.T) {
-	reports, errs := failover.Admit(skewConf(t, "2h", "1s"), false)
+	reports, errs := preflight.Admit(skewConf(t, "2h", "1s"), false)
 	if len(errs) != 1 || errs[0].Line != 7 || !strings.Contains(errs[0].Error(), "skew 2h0m0s is above 1h") {
 		t.Fatalf("errors %v, want one at the device (line 7)", errs)
 	}
@@ -118,3 +120,18 @@ func TestUnbuiltTransportIsRefusedAtItsLine(t *testing.T) {
 		t.Fatalf("reports %+v, want the session refused naming the device", reports)
 	}
 }
+
+// stubTransport is a transport that reports the bounds it is given and
+// never opens: preflight builds it, admission sums its bounds.
+type stubTransport struct {
+	name    string
+	bound   time.Duration
+	closing time.Duration
+}
+
+func (p *stubTransport) Name() string                   { return p.name }
+func (p *stubTransport) ActivationBound() time.Duration { return p.bound }
+func (p *stubTransport) CloseBound() time.Duration      { return p.closing }
+func (p *stubTransport) Open(context.Context) error     { return errors.New("stub: never opened") }
+func (p *stubTransport) Close(context.Context) error    { return nil }
+func (p *stubTransport) State() transports.State        { return transports.State{} }

@@ -1,4 +1,4 @@
-package failover_test
+package dataplane_test
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/leasebridge/leasebridge/dataplane"
 	"github.com/leasebridge/leasebridge/failover"
 	"github.com/leasebridge/leasebridge/internal/embedbroker"
 	"github.com/leasebridge/leasebridge/lease"
@@ -36,7 +37,7 @@ type routeHarness struct {
 	broker  *embedbroker.Broker
 	mu      sync.Mutex
 	values  map[string]mqtt.ValueMessage
-	replies map[string]failover.WriteReply
+	replies map[string]dataplane.WriteReply
 }
 
 func startRoutes(t *testing.T, cfgTemplate string, args ...any) (*routeHarness, *failover.Supervisor) {
@@ -53,7 +54,7 @@ func startRoutes(t *testing.T, cfgTemplate string, args ...any) (*routeHarness, 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = b.Close() })
-	h := &routeHarness{broker: b, values: map[string]mqtt.ValueMessage{}, replies: map[string]failover.WriteReply{}}
+	h := &routeHarness{broker: b, values: map[string]mqtt.ValueMessage{}, replies: map[string]dataplane.WriteReply{}}
 	if err := b.Server.Subscribe("v/#", 1, func(_ *mochi.Client, _ packets.Subscription, pk packets.Packet) {
 		var v mqtt.ValueMessage
 		if json.Unmarshal(pk.Payload, &v) == nil {
@@ -65,7 +66,7 @@ func startRoutes(t *testing.T, cfgTemplate string, args ...any) (*routeHarness, 
 		t.Fatal(err)
 	}
 	if err := b.Server.Subscribe("w/resp", 2, func(_ *mochi.Client, _ packets.Subscription, pk packets.Packet) {
-		var r failover.WriteReply
+		var r dataplane.WriteReply
 		if json.Unmarshal(pk.Payload, &r) == nil {
 			h.mu.Lock()
 			h.replies[r.ID] = r
@@ -114,9 +115,9 @@ func (h *routeHarness) value(t *testing.T, topic string, ok func(mqtt.ValueMessa
 	return mqtt.ValueMessage{}
 }
 
-func (h *routeHarness) write(t *testing.T, id, tag string, value any) failover.WriteReply {
+func (h *routeHarness) write(t *testing.T, id, tag string, value any) dataplane.WriteReply {
 	t.Helper()
-	req, _ := json.Marshal(failover.WriteRequest{ID: id, Tag: tag, Value: value, IssuedAt: time.Now()})
+	req, _ := json.Marshal(dataplane.WriteRequest{ID: id, Tag: tag, Value: value, IssuedAt: time.Now()})
 	if err := h.broker.Server.Publish("w/req", req, false, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +130,7 @@ func (h *routeHarness) write(t *testing.T, id, tag string, value any) failover.W
 		}
 	}
 	t.Fatalf("no reply to write %s", id)
-	return failover.WriteReply{}
+	return dataplane.WriteReply{}
 }
 
 const s7Routes = `deployment_mode: clustered
@@ -185,14 +186,14 @@ func TestS7RoutesThroughMQTT(t *testing.T) {
 	if v := h.value(t, "v/oven/door", epochOK); v.Value != true {
 		t.Errorf("door = %v, want true", v.Value)
 	}
-	if r := h.write(t, "a", "temp", 180.25); r.Code != failover.WriteOK {
+	if r := h.write(t, "a", "temp", 180.25); r.Code != dataplane.WriteOK {
 		t.Fatalf("write temp: %+v", r)
 	}
 	if got := math.Float32frombits(binary.BigEndian.Uint32(plc.DB(1)[2:])); got != 180.25 {
 		t.Errorf("DB1.DBD2 = %v after the write, want 180.25", got)
 	}
 	h.value(t, "v/oven/temp", func(v mqtt.ValueMessage) bool { return v.Value == 180.25 })
-	if r := h.write(t, "b", "count", 1); r.Code == failover.WriteOK {
+	if r := h.write(t, "b", "count", 1); r.Code == dataplane.WriteOK {
 		t.Errorf("write to a read-only tag succeeded: %+v", r)
 	}
 	if _, peak, _ := plc.Conns(); peak != 1 {
@@ -247,7 +248,7 @@ func TestOPCUARoutesThroughMQTT(t *testing.T) {
 	h.value(t, "v/packer/count", good(float64(7)))
 	srv.Space.Set("count", int32(8))
 	h.value(t, "v/packer/count", good(float64(8)))
-	if r := h.write(t, "a", "speed", 3.25); r.Code != failover.WriteOK {
+	if r := h.write(t, "a", "speed", 3.25); r.Code != dataplane.WriteOK {
 		t.Fatalf("write speed: %+v", r)
 	}
 	if got := srv.Space.Get("speed").Value.Value(); got != 3.25 {

@@ -1,4 +1,4 @@
-package failover
+package dataplane
 
 import (
 	"context"
@@ -42,7 +42,7 @@ func runBridgeTerm(t *testing.T, c *BridgeCounters, remote, local *embedbroker.B
 	}
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { defer close(done); defer c.track("s", b)(); _ = b.Run(rctx) }()
+	go func() { defer close(done); defer c.Track("s", b)(); _ = b.Run(rctx) }()
 	for range n {
 		if err := remote.Server.Publish("site/x", []byte("1"), false, 1); err != nil {
 			t.Fatal(err)
@@ -71,7 +71,7 @@ func TestBridgeCountersAcrossTerms(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = local.Close() })
-	c := newBridgeCounters()
+	c := NewBridgeCounters()
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(c)
 	c.Declare("s", "r")

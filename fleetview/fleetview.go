@@ -1,8 +1,11 @@
-package failover
+// Package fleetview reads the fleet as the lease store holds it: every
+// session's row and every node row of one configuration file, judged on the
+// reader's clock. It is what `leasebridge status` prints and GET /fleet
+// serves; it only reads.
+package fleetview
 
 import (
 	"context"
-	"net/http"
 	"slices"
 	"sort"
 	"time"
@@ -12,22 +15,22 @@ import (
 	"github.com/leasebridge/leasebridge/routes"
 )
 
-// Fleet session statuses (FleetSession.Status).
+// Fleet session statuses (Session.Status).
 const (
-	// FleetOwned: the row names an owner whose last write is younger than
+	// Owned: the row names an owner whose last write is younger than
 	// its lease_ttl.
-	FleetOwned = "owned"
-	// FleetUnowned: the row is missing or released.
-	FleetUnowned = "unowned"
-	// FleetStale: the row names an owner that has not renewed it for
+	Owned = "owned"
+	// Unowned: the row is missing or released.
+	Unowned = "unowned"
+	// Stale: the row names an owner that has not renewed it for
 	// longer than its lease_ttl: the owner is gone and no eligible node
 	// has taken over (yet).
-	FleetStale = "stale"
+	Stale = "stale"
 )
 
-// FleetStatus is the fleet view of one configuration file: every session
+// Status is the fleet view of one configuration file: every session
 // with its row and every node row (docs/status-json.md).
-type FleetStatus struct {
+type Status struct {
 	// KeyPrefix names the fleet.
 	KeyPrefix string `json:"key_prefix"`
 	// CheckedAt is the reader's wall clock, Unix nanoseconds.
@@ -35,13 +38,13 @@ type FleetStatus struct {
 	// AllOwned is true when every session's status is owned.
 	AllOwned bool `json:"all_owned"`
 	// Sessions, by name.
-	Sessions []FleetSession `json:"sessions"`
+	Sessions []Session `json:"sessions"`
 	// Nodes, by name: every node row under key_prefix.
-	Nodes []FleetNode `json:"nodes"`
+	Nodes []Node `json:"nodes"`
 }
 
-// FleetSession is one session's row as the fleet view reads it.
-type FleetSession struct {
+// Session is one session's row as the fleet view reads it.
+type Session struct {
 	Session string `json:"session"`
 	// Status is owned, unowned or stale.
 	Status string `json:"status"`
@@ -69,21 +72,21 @@ type FleetSession struct {
 	// eligible nodes (another file pinned it differently).
 	OwnerEligible bool `json:"owner_eligible"`
 	// TimingMismatch is set when the row's timing differs from the file's.
-	TimingMismatch *FleetTimingMismatch `json:"timing_mismatch,omitempty"`
+	TimingMismatch *TimingMismatch `json:"timing_mismatch,omitempty"`
 	// Handover is a standing handover request.
 	Handover *lease.HandoverRequest `json:"handover,omitempty"`
 	// HandoverBudgetNS is the file's admitted handover budget.
 	HandoverBudgetNS int64 `json:"handover_budget_ns"`
 }
 
-// FleetTimingMismatch compares the file's timing with the row's.
-type FleetTimingMismatch struct {
+// TimingMismatch compares the file's timing with the row's.
+type TimingMismatch struct {
 	File lease.RowTiming `json:"file"`
 	Row  lease.RowTiming `json:"row"`
 }
 
-// FleetNode is one node row.
-type FleetNode struct {
+// Node is one node row.
+type Node struct {
 	lease.NodeRow
 	// Live is true while the row is younger than its TTL on the reader's
 	// wall clock and not marked stopped.
@@ -92,9 +95,9 @@ type FleetNode struct {
 	AgeNS int64 `json:"age_ns"`
 }
 
-// ReadFleetStatus reads every session of cfg and every node row from
+// Read reads every session of cfg and every node row from
 // store and judges them at now. reports are cfg's admission reports.
-func ReadFleetStatus(ctx context.Context, cfg *routes.Config, reports []admission.Report, store lease.Fleet, now time.Time) (FleetStatus, error) {
+func Read(ctx context.Context, cfg *routes.Config, reports []admission.Report, store lease.Fleet, now time.Time) (Status, error) {
 	names := make([]string, 0, len(reports))
 	for _, r := range reports {
 		names = append(names, r.Session)
@@ -102,22 +105,22 @@ func ReadFleetStatus(ctx context.Context, cfg *routes.Config, reports []admissio
 	sort.Strings(names)
 	rows, err := store.Rows(ctx, names)
 	if err != nil {
-		return FleetStatus{}, err
+		return Status{}, err
 	}
 	nodeRows, err := store.Nodes(ctx)
 	if err != nil {
-		return FleetStatus{}, err
+		return Status{}, err
 	}
 	ctl, err := store.Control(ctx)
 	if err != nil {
-		return FleetStatus{}, err
+		return Status{}, err
 	}
-	st := FleetStatus{KeyPrefix: cfg.LeaseStore.KeyPrefix, CheckedAt: now.UnixNano(), AllOwned: true}
-	nodes := map[string]FleetNode{}
+	st := Status{KeyPrefix: cfg.LeaseStore.KeyPrefix, CheckedAt: now.UnixNano(), AllOwned: true}
+	nodes := map[string]Node{}
 	for _, name := range sortedNames(nodeRows) {
 		n := nodeRows[name]
 		n.Sessions, n.Owned, n.Serving = nonNil(n.Sessions), nonNil(n.Owned), nonNil(n.Serving)
-		fn := FleetNode{NodeRow: n, AgeNS: now.UnixNano() - n.RenewedAt}
+		fn := Node{NodeRow: n, AgeNS: now.UnixNano() - n.RenewedAt}
 		fn.Live = !n.Stopped && fn.AgeNS <= int64(n.TTL)
 		nodes[name] = fn
 		st.Nodes = append(st.Nodes, fn)
@@ -127,19 +130,19 @@ func ReadFleetStatus(ctx context.Context, cfg *routes.Config, reports []admissio
 		byName[r.Session] = r
 	}
 	for _, name := range names {
-		fs := fleetSession(cfg, byName[name], rows[name], nodes, now)
+		fs := readSession(cfg, byName[name], rows[name], nodes, now)
 		if h, ok := ctl.Handovers[name]; ok {
 			fs.Handover = &h
 		}
-		st.AllOwned = st.AllOwned && fs.Status == FleetOwned
+		st.AllOwned = st.AllOwned && fs.Status == Owned
 		st.Sessions = append(st.Sessions, fs)
 	}
 	return st, nil
 }
 
-func fleetSession(cfg *routes.Config, rep admission.Report, vr lease.VersionedRow, nodes map[string]FleetNode, now time.Time) FleetSession {
+func readSession(cfg *routes.Config, rep admission.Report, vr lease.VersionedRow, nodes map[string]Node, now time.Time) Session {
 	row := vr.Row
-	fs := FleetSession{Session: rep.Session, Owner: row.Owner, Node: row.Node, Epoch: row.Epoch, RowVersion: vr.Version,
+	fs := Session{Session: rep.Session, Owner: row.Owner, Node: row.Node, Epoch: row.Epoch, RowVersion: vr.Version,
 		Pinning: cfg.Pinning(rep.Session), ServiceLevel: "none", LiveEligible: []string{}}
 	if b, err := admission.HandoverOf(rep); err == nil {
 		fs.HandoverBudgetNS = int64(b.Total)
@@ -152,7 +155,7 @@ func fleetSession(cfg *routes.Config, rep admission.Report, vr lease.VersionedRo
 		t := row.Timing
 		fs.Timing = &t
 		if own := lease.ConfigFromReport(rep).RowTiming(); row.Owner != "" && own != t {
-			fs.TimingMismatch = &FleetTimingMismatch{File: own, Row: t}
+			fs.TimingMismatch = &TimingMismatch{File: own, Row: t}
 		}
 	}
 	for _, name := range sortedNames(nodes) {
@@ -163,18 +166,18 @@ func fleetSession(cfg *routes.Config, rep admission.Report, vr lease.VersionedRo
 	}
 	switch {
 	case row.Owner == "":
-		fs.Status = FleetUnowned
+		fs.Status = Unowned
 	case fs.RowAgeNS != nil && *fs.RowAgeNS > int64(max(row.Timing.LeaseTTL, rep.Timing.LeaseTTL)):
-		fs.Status = FleetStale
+		fs.Status = Stale
 	default:
-		fs.Status = FleetOwned
+		fs.Status = Owned
 	}
 	if row.Owner == "" {
 		return fs
 	}
 	fs.OwnerEligible = fs.Pinning.Eligible(row.Node)
 	fs.ServiceLevel = "unknown"
-	if n, ok := nodes[row.Node]; ok && n.Live && n.Owner == row.Owner && fs.Status == FleetOwned {
+	if n, ok := nodes[row.Node]; ok && n.Live && n.Owner == row.Owner && fs.Status == Owned {
 		fs.ServiceLevel = "activating"
 		if slices.Contains(n.Serving, rep.Session) {
 			fs.ServiceLevel = "full"
@@ -198,24 +201,4 @@ func sortedNames[V any](m map[string]V) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// fleetHandler serves GET /fleet: the fleet view read from the store by
-// this node, the same JSON as `leasebridge status --json`. It is read
-// only; every change goes through the store.
-func fleetHandler(sv *Supervisor) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if sv.fleet == nil {
-			http.Error(w, "no fleet rows: the lease store does not support them", http.StatusNotFound)
-			return
-		}
-		ctx, cancel := context.WithTimeout(r.Context(), sv.fleet.ttl)
-		defer cancel()
-		st, err := ReadFleetStatus(ctx, sv.o.Config, sv.o.Reports, sv.fleet.store, time.Now())
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		writeJSON(w, http.StatusOK, st)
-	}
 }

@@ -1,4 +1,4 @@
-package failover
+package dataplane
 
 import (
 	"bytes"
@@ -139,10 +139,10 @@ type replyJob struct {
 
 // writer serves one write route for one term.
 type writer struct {
-	t     *term
+	t     *Term
 	route *routes.Route
 	dev   transports.Transport
-	local *mqtt.Client
+	local Publisher
 	queue chan writeJob
 
 	mu      sync.Mutex
@@ -158,8 +158,8 @@ type seenID struct {
 	at time.Time
 }
 
-func newWriter(t *term, r *routes.Route) *writer {
-	return &writer{t: t, route: r, dev: t.devices[r.Device], local: t.brokers[r.Broker],
+func newWriter(t *Term, r *routes.Route) *writer {
+	return &writer{t: t, route: r, dev: t.Devices[r.Device], local: t.Brokers[r.Broker],
 		queue: make(chan writeJob, WriteQueueDepth), seen: map[string]*WriteReply{}, wake: make(chan struct{}, 1)}
 }
 
@@ -274,7 +274,7 @@ func ms(d time.Duration) *int64 {
 // reply builds a reply with the request's id and tag, bounded.
 func (w *writer) reply(req writeReq, code, msg string) *WriteReply {
 	return &WriteReply{ID: bounded(req.id, MaxWriteIDBytes), Tag: bounded(req.tag, MaxWriteTagBytes), Code: code,
-		Message: bounded(msg, MaxWriteMessageBytes), Session: w.t.s.name, Route: w.route.Name, Epoch: w.t.epoch,
+		Message: bounded(msg, MaxWriteMessageBytes), Session: w.t.spec.Session, Route: w.route.Name, Epoch: w.t.spec.Epoch,
 		Timestamp: time.Now().UnixMilli()}
 }
 
@@ -321,7 +321,7 @@ func (w *writer) execute(ctx context.Context, req writeReq, valid func() bool) *
 		return rep
 	}
 	if !valid() {
-		return w.reply(req, WriteNotOwner, "not the owner of session "+w.t.s.name)
+		return w.reply(req, WriteNotOwner, "not the owner of session "+w.t.spec.Session)
 	}
 	wr, ok := w.dev.(transports.Writer)
 	if !ok {
@@ -342,8 +342,7 @@ func (w *writer) execute(ctx context.Context, req writeReq, valid func() bool) *
 	case errors.Is(err, transports.ErrGuard):
 		code = WriteNotOwner
 	default:
-		s := w.t.s
-		s.sup.o.Metrics.TransportErrors.WithLabelValues(s.name, w.dev.Name(), "write").Inc()
+		w.t.spec.Env.TransportError(w.dev.Name(), "write")
 	}
 	return w.reply(req, code, err.Error())
 }
@@ -422,7 +421,7 @@ func (w *writer) publish(ctx context.Context, j replyJob) bool {
 		if ctx.Err() != nil {
 			return false
 		}
-		w.t.s.log.Warn("write reply not published; the broker redelivers the request", "route", w.route.Name, "id", j.rep.ID, "err", err)
+		w.t.spec.Env.Log().Warn("write reply not published; the broker redelivers the request", "route", w.route.Name, "id", j.rep.ID, "err", err)
 		return true
 	}
 	j.m.Ack()
@@ -431,14 +430,14 @@ func (w *writer) publish(ctx context.Context, j replyJob) bool {
 
 // audit logs and counts one outcome.
 func (w *writer) audit(rep *WriteReply, outcome string) {
-	s := w.t.s
-	s.sup.o.Metrics.WriteRequests.WithLabelValues(s.name, w.route.Name, outcome).Inc()
-	attrs := []any{"route", w.route.Name, "id", rep.ID, "tag", rep.Tag, "outcome", outcome, "epoch", w.t.epoch}
+	env := w.t.spec.Env
+	env.WriteOutcome(w.route.Name, outcome)
+	attrs := []any{"route", w.route.Name, "id", rep.ID, "tag", rep.Tag, "outcome", outcome, "epoch", w.t.spec.Epoch}
 	if outcome == WriteOK {
-		s.log.Info("write", attrs...)
+		env.Log().Info("write", attrs...)
 		return
 	}
-	s.log.Warn("write refused", append(attrs, "reason", rep.Message)...)
+	env.Log().Warn("write refused", append(attrs, "reason", rep.Message)...)
 }
 
 // parseWriteRequest decodes a request strictly: one JSON object, no

@@ -1,4 +1,4 @@
-package failover_test
+package dataplane_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/leasebridge/leasebridge/dataplane"
 	"github.com/leasebridge/leasebridge/failover"
 	"github.com/leasebridge/leasebridge/internal/plcsim"
 	"github.com/leasebridge/leasebridge/internal/testbin"
@@ -170,22 +171,22 @@ func TestWriteBurstEveryRequestAnsweredOnce(t *testing.T) {
 	ok := func(id string, v any) string { return string(writetest.Request(id, "setpoint", v, now)) }
 	iso := now.UTC().Format(time.RFC3339Nano)
 	invalid := []bad{
-		{"trailing", failover.WriteInvalid, ok("trailing", 60001) + ` {"x":1}`},
-		{"dupkey", failover.WriteInvalid, `{"id":"dupkey","tag":"setpoint","value":60002,"value":60003,"issued_at":"` + iso + `"}`},
-		{"unknown-field", failover.WriteInvalid, `{"id":"unknown-field","tag":"setpoint","value":60004,"issued_at":"` + iso + `","qos":1}`},
-		{"", failover.WriteInvalid, `{"tag":"setpoint","value":60005,"issued_at":"` + iso + `"}`},
-		{"no-issued-at", failover.WriteInvalid, `{"id":"no-issued-at","tag":"setpoint","value":60006}`},
-		{"fraction", failover.WriteBadValue, ok("fraction", 1.5)},
-		{"too-big", failover.WriteBadValue, ok("too-big", 70000)},
-		{"negative", failover.WriteBadValue, ok("negative", -1)},
-		{"string-junk", failover.WriteBadValue, ok("string-junk", "60007x")},
-		{"nope", failover.WriteUnknownTag, string(writetest.Request("nope", "nope", 60008, now))},
-		{"ro", failover.WriteReadOnly, string(writetest.Request("ro", "cycles", 60009, now))},
-		{"old", failover.WriteStale, string(writetest.Request("old", "setpoint", 60010, now.Add(-time.Hour)))},
-		{"future", failover.WriteClockSkew, string(writetest.Request("future", "setpoint", 60011, now.Add(time.Hour)))},
-		{"long-id-" + strings.Repeat("x", 300), failover.WriteInvalid, ok("long-id-"+strings.Repeat("x", 300), 60012)},
+		{"trailing", dataplane.WriteInvalid, ok("trailing", 60001) + ` {"x":1}`},
+		{"dupkey", dataplane.WriteInvalid, `{"id":"dupkey","tag":"setpoint","value":60002,"value":60003,"issued_at":"` + iso + `"}`},
+		{"unknown-field", dataplane.WriteInvalid, `{"id":"unknown-field","tag":"setpoint","value":60004,"issued_at":"` + iso + `","qos":1}`},
+		{"", dataplane.WriteInvalid, `{"tag":"setpoint","value":60005,"issued_at":"` + iso + `"}`},
+		{"no-issued-at", dataplane.WriteInvalid, `{"id":"no-issued-at","tag":"setpoint","value":60006}`},
+		{"fraction", dataplane.WriteBadValue, ok("fraction", 1.5)},
+		{"too-big", dataplane.WriteBadValue, ok("too-big", 70000)},
+		{"negative", dataplane.WriteBadValue, ok("negative", -1)},
+		{"string-junk", dataplane.WriteBadValue, ok("string-junk", "60007x")},
+		{"nope", dataplane.WriteUnknownTag, string(writetest.Request("nope", "nope", 60008, now))},
+		{"ro", dataplane.WriteReadOnly, string(writetest.Request("ro", "cycles", 60009, now))},
+		{"old", dataplane.WriteStale, string(writetest.Request("old", "setpoint", 60010, now.Add(-time.Hour)))},
+		{"future", dataplane.WriteClockSkew, string(writetest.Request("future", "setpoint", 60011, now.Add(time.Hour)))},
+		{"long-id-" + strings.Repeat("x", 300), dataplane.WriteInvalid, ok("long-id-"+strings.Repeat("x", 300), 60012)},
 		// Beyond MaxWriteRequestBytes nothing is read, not even the id.
-		{"", failover.WriteInvalid, string(writetest.Request("huge", strings.Repeat("t", 1<<20), 60013, now))},
+		{"", dataplane.WriteInvalid, string(writetest.Request("huge", strings.Repeat("t", 1<<20), 60013, now))},
 	}
 	const n = 5000
 	var toks []paho.Token
@@ -221,10 +222,10 @@ func TestWriteBurstEveryRequestAnsweredOnce(t *testing.T) {
 			codes[rep.Code]++
 		}
 		rep := reps[0]
-		if b, err := json.Marshal(rep); err != nil || len(b) > failover.MaxWriteReplyBytes {
-			t.Errorf("reply to %.40q: %d bytes, more than %d", id, len(b), failover.MaxWriteReplyBytes)
+		if b, err := json.Marshal(rep); err != nil || len(b) > dataplane.MaxWriteReplyBytes {
+			t.Errorf("reply to %.40q: %d bytes, more than %d", id, len(b), dataplane.MaxWriteReplyBytes)
 		}
-		if rep.Code == failover.WriteOK {
+		if rep.Code == dataplane.WriteOK {
 			var v int
 			if _, err := fmt.Sscanf(id[strings.Index(id, "-")+1:], "%d", &v); err != nil {
 				t.Fatalf("ok reply to unexpected id %q", id)
@@ -241,7 +242,7 @@ func TestWriteBurstEveryRequestAnsweredOnce(t *testing.T) {
 	for _, b := range invalid {
 		id := b.id
 		if strings.HasPrefix(id, "long-id-") {
-			id = id[:failover.MaxWriteIDBytes]
+			id = id[:dataplane.MaxWriteIDBytes]
 			for k := range byID {
 				if strings.HasPrefix(k, id) && strings.Contains(k, "bytes cut]") {
 					id = k
@@ -257,11 +258,11 @@ func TestWriteBurstEveryRequestAnsweredOnce(t *testing.T) {
 	// Every QoS 1 request was executed (the broker's in-flight window paces
 	// them); QoS 0 requests beyond the queue were answered busy at once.
 	for i := 1; i <= n; i++ {
-		if reps := byID[fmt.Sprintf("q1-%d", i)]; len(reps) != 1 || reps[0].Code != failover.WriteOK {
+		if reps := byID[fmt.Sprintf("q1-%d", i)]; len(reps) != 1 || reps[0].Code != dataplane.WriteOK {
 			t.Fatalf("q1-%d: %+v", i, reps)
 		}
 	}
-	if codes[failover.WriteOK]+codes[failover.WriteBusy] != 2*n || codes[failover.WriteBusy] == 0 {
+	if codes[dataplane.WriteOK]+codes[dataplane.WriteBusy] != 2*n || codes[dataplane.WriteBusy] == 0 {
 		t.Errorf("outcomes %v: want ok + busy = %d with some busy", codes, 2*n)
 	}
 
@@ -277,8 +278,8 @@ func TestWriteBurstEveryRequestAnsweredOnce(t *testing.T) {
 			t.Errorf("device got %d, which no ok reply accounts for", w.Values[0])
 		}
 	}
-	if len(writes) != codes[failover.WriteOK] {
-		t.Errorf("device served %d writes, %d ok replies", len(writes), codes[failover.WriteOK])
+	if len(writes) != codes[dataplane.WriteOK] {
+		t.Errorf("device served %d writes, %d ok replies", len(writes), codes[dataplane.WriteOK])
 	}
 	for v, c := range seen {
 		if c != 1 {
