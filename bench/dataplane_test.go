@@ -139,12 +139,12 @@ func rawLoop(b *testing.B, p *dataPeers, qos byte) {
 	p.loopReads = p.regs.reads.Load() - p.loopReads
 }
 
-// leasebridgeLoop is leasebridge's data plane as failover's poller runs
+// leasebridgeLoop is leasebridge's data plane as dataplane's poller runs
 // it: the transports are opened under the owner context with its guard,
 // the Modbus transport polls the group under the workers' context derived
 // from it (the fence check before every request) and the MQTT transport
 // publishes each value with the epoch, on the tag's topic filled once from
-// the route's template (failover/session.go and workers.go,
+// the route's template (dataplane/dataplane.go and poll.go,
 // poller.topic).
 func leasebridgeLoop(b *testing.B, p *dataPeers, qos byte) { lbLoop(b, p, qos) }
 

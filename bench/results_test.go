@@ -271,7 +271,7 @@ func benchMarkdown(rs resultSet) string {
 		w("  same payload fields as leasebridge's.\n")
 		w("- **leasebridge**: `transports/modbus` `Poll` under an owner guard (the fence check before every\n")
 		w("  request) + `transports/mqtt` `PublishValue` (epoch stamped) on each tag's topic, filled once\n")
-		w("  from the route template, as `failover`'s poller does (`poller.topic`).\n\n")
+		w("  from the route template, as `dataplane`'s poller does (`poller.topic`).\n\n")
 		w("| QoS | loop | per poll (median of %d) | added latency per poll | polls/s | throughput vs raw | goal >= 90 %% |\n", len(rs["dataplane/qos0/raw"]))
 		w("|---|---|---|---|---|---|---|\n")
 		for _, q := range []string{"qos0", "qos1"} {

@@ -69,7 +69,10 @@ type EntryError struct {
 	Err        error
 }
 
+// Error names the entry and what went wrong.
 func (e *EntryError) Error() string { return e.What + ": " + e.Err.Error() }
+
+// Unwrap is the transport's error.
 func (e *EntryError) Unwrap() error { return e.Err }
 
 // Build creates the term's transports and registers every subscription;
