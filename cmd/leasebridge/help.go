@@ -25,7 +25,7 @@ func signalExit(sig syscall.Signal) int { return 128 + int(sig) }
 // examples.
 
 // The about texts are formats: %[1]d is exitOK, %[2]d exitRefused, %[3]d
-// exitInvalid, %[4]d exitcode.StepDown, %[5]d and %[6]d the demo's
+// exitInvalid, %[4]d exitcode.StepDown, %[5]d and %[6]d the
 // exits on SIGINT and SIGTERM, %[7]d exitcode.Failure (see aboutText).
 
 const runAbout = `
@@ -91,24 +91,4 @@ const budgetExamples = `  # the clustered profile, term by term
   leasebridge budget --profile all --json
   # the Markdown table row of the standalone profile
   leasebridge budget --profile standalone --markdown
-`
-
-const demoAbout = `
-Starts an embedded etcd, an embedded MQTT broker and a simulated Modbus PLC
-behind a connection-counting proxy, runs two 'leasebridge run' processes
-against them, shows a published value and a write to the PLC through the
-broker, kills the owner and prints the measured takeover beside the budget
-admission computed, with the terms that make up that budget. It exits %[1]d when
-the takeover stayed within the budget and the PLC never saw two clients.
-
-SIGINT or SIGTERM stops it: it kills its bridge processes, waits for them,
-removes its working directory (unless --keep) and exits %[5]d (SIGINT) or %[6]d
-(SIGTERM). The demo prints to standard output; the bridges' logs are in the
-working directory.
-`
-
-const demoExamples = `  # from the repository root (the first build downloads the Go modules)
-  go run ./cmd/leasebridge demo
-  # keep the bridges' configurations and logs afterwards
-  go run ./cmd/leasebridge demo --keep
 `

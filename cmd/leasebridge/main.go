@@ -6,7 +6,6 @@
 //	leasebridge admit -c FILE [--format text|json|github]
 //	                                        dry run for CI: opens nothing
 //	leasebridge budget --profile NAME [--json|--markdown]
-//	leasebridge demo                        a takeover against its budget
 //	leasebridge status -c FILE [--json]     the fleet view from the lease store
 //	leasebridge handover SESSION [--to NODE] -c FILE
 //	leasebridge drain NODE -c FILE / undrain NODE -c FILE
@@ -43,6 +42,10 @@ const (
 	exitInvalid = exitcode.Invalid
 )
 
+// demoMoved answers `leasebridge demo`: the demo links a broker, a PLC
+// simulator and a fault proxy, which the shipped binary does not carry.
+const demoMoved = "leasebridge demo: the demo is its own command, outside the shipped binary: run scripts/demo, or go run ./cmd/leasebridge-demo"
+
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -71,9 +74,6 @@ func commands() []command {
 		{name: "budget", synopsis: "--profile standalone|clustered|all [--json | --markdown]",
 			summary: "a shipped lease profile's failover budgets",
 			about:   budgetAbout, examples: budgetExamples, main: budget},
-		{name: "demo", synopsis: "[--keep]",
-			summary: "two bridges, one simulated PLC, a takeover measured against its admitted budget",
-			about:   demoAbout, examples: demoExamples, main: demo},
 		{name: "status", synopsis: "-c FILE [--json]",
 			summary: "the fleet view from the lease store; exit 0 every session owned, 1 not",
 			about:   statusAbout, examples: statusExamples, main: status},
@@ -111,6 +111,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return help(args[1:], stdout, stderr)
 	case "--version":
 		return version(args[1:], stdout, stderr)
+	case "demo":
+		fmt.Fprintln(stderr, demoMoved)
+		return exitInvalid
 	}
 	if c, ok := lookup(args[0]); ok {
 		return c.main(args[1:], stdout, stderr)

@@ -1,5 +1,5 @@
 // Package embedbroker runs an MQTT broker (mochi-mqtt) inside the process
-// on a loopback port: the broker of `leasebridge demo`.
+// on a loopback port: the broker of cmd/leasebridge-demo.
 package embedbroker
 
 import (

@@ -1,6 +1,6 @@
-// Package testbin builds the leasebridge binary once per test process and
-// hands out loopback addresses, for tests that run `leasebridge run`
-// processes (cmd, lab, bench).
+// Package testbin builds the leasebridge and leasebridge-demo binaries once
+// per test process and hands out loopback addresses, for tests that run
+// `leasebridge run` processes (cmd, lab, bench).
 package testbin
 
 import (
@@ -41,6 +41,31 @@ func Leasebridge(tb testing.TB) string {
 		tb.Fatal(err)
 	}
 	return path
+}
+
+var (
+	demoOnce sync.Once
+	demoPath string
+	demoErr  error
+)
+
+// Demo returns the path of a leasebridge-demo binary built from this tree
+// into the directory of Leasebridge's binary, where the demo finds the
+// bridge it runs (as scripts/demo builds them), building it on first use.
+func Demo(tb testing.TB) string {
+	tb.Helper()
+	bridge := Leasebridge(tb)
+	demoOnce.Do(func() {
+		demoPath = filepath.Join(filepath.Dir(bridge), "leasebridge-demo")
+		out, berr := exec.Command("go", "build", "-o", demoPath, "github.com/leasebridge/leasebridge/cmd/leasebridge-demo").CombinedOutput()
+		if berr != nil {
+			demoErr = fmt.Errorf("go build: %w\n%s", berr, out)
+		}
+	})
+	if demoErr != nil {
+		tb.Fatal(demoErr)
+	}
+	return demoPath
 }
 
 // FreeAddr returns a loopback host:port that was free a moment ago.

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -27,6 +26,9 @@ import (
 	"github.com/leasebridge/leasebridge/lease/etcdembed"
 	"github.com/leasebridge/leasebridge/preflight"
 	"github.com/leasebridge/leasebridge/routes"
+	// The kinds the demo's configuration names, as leasebridge registers
+	// them, so admission here computes the budget the bridges run with.
+	_ "github.com/leasebridge/leasebridge/transports/all"
 )
 
 // demoConfig is the bridges' configuration: second-scale timings so a
@@ -106,48 +108,6 @@ func freeAddr() (string, error) {
 	return l.Addr().String(), nil
 }
 
-// demo starts an embedded etcd, an embedded broker and a simulated PLC,
-// runs two bridge processes, kills the owner and reports the measured
-// takeover beside the admitted budget. SIGINT and SIGTERM end it: its
-// bridges are killed and waited for, its directory removed, and it exits
-// 128 + the signal number (130, 143).
-func demo(args []string, stdout, stderr io.Writer) int {
-	fl := newFlags("demo", stdout, stderr)
-	keep := fl.Bool("keep", false, "keep the working directory (configs and bridge logs)")
-	if err := fl.parse(args); err != nil {
-		return flagStatus(err)
-	}
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-	ctx, cancel := context.WithCancelCause(context.Background())
-	defer cancel(nil)
-	caught := make(chan os.Signal, 1)
-	go func() {
-		select {
-		case s := <-sigs:
-			caught <- s
-			cancel(fmt.Errorf("%v", s))
-		case <-ctx.Done():
-		}
-	}()
-	code, err := runDemo(ctx, stdout, *keep)
-	select {
-	case s := <-caught:
-		removed := ", working directory removed"
-		if *keep {
-			removed = ", working directory kept"
-		}
-		fmt.Fprintf(stderr, "leasebridge demo: %v: bridges killed%s\n", s, removed)
-		return signalExit(s.(syscall.Signal))
-	default:
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "leasebridge demo: %v\n", err)
-	}
-	return code
-}
-
 // demoEnv is one run of the demo: its peers, bridges and what the broker
 // saw.
 type demoEnv struct {
@@ -160,9 +120,14 @@ type demoEnv struct {
 	budget admission.Report
 	procs  []*bridgeProc
 	seen   *payloads
+	// bridge is the leasebridge binary the bridges run.
+	bridge string
 }
 
-func runDemo(ctx context.Context, out io.Writer, keep bool) (int, error) {
+// runDemo runs the demo in a new working directory; bridge is the
+// leasebridge binary to run, empty for the one beside this command or a
+// fresh build.
+func runDemo(ctx context.Context, out io.Writer, keep bool, bridge string) (int, error) {
 	dir, err := os.MkdirTemp("", "leasebridge-demo-")
 	if err != nil {
 		return exitRefused, err
@@ -172,7 +137,10 @@ func runDemo(ctx context.Context, out io.Writer, keep bool) (int, error) {
 	} else {
 		defer os.RemoveAll(dir)
 	}
-	d := &demoEnv{ctx: ctx, out: out, dir: dir, seen: &payloads{first: map[uint64]payload{}}}
+	d := &demoEnv{ctx: ctx, out: out, dir: dir, seen: &payloads{first: map[uint64]payload{}}, bridge: bridge}
+	if err := d.findBridge(); err != nil {
+		return exitRefused, err
+	}
 	// Deferred in reverse: the bridges die before the peers they use.
 	defer d.closePeers()
 	if err := d.startPeers(); err != nil {
@@ -218,10 +186,6 @@ func (d *demoEnv) closePeers() {
 // each in its own process group so that the demo alone decides when they
 // end.
 func (d *demoEnv) startBridges() (int, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return exitRefused, err
-	}
 	for _, name := range []string{"bridge-a", "bridge-b"} {
 		addr, err := freeAddr()
 		if err != nil {
@@ -249,7 +213,7 @@ func (d *demoEnv) startBridges() (int, error) {
 		if err != nil {
 			return exitRefused, err
 		}
-		p.cmd = exec.Command(self, "run", "-c", path, "--log-format", "text")
+		p.cmd = exec.Command(d.bridge, "run", "-c", path, "--log-format", "text")
 		p.cmd.Stdout, p.cmd.Stderr = logf, logf
 		p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		if err := p.cmd.Start(); err != nil {
@@ -263,6 +227,30 @@ func (d *demoEnv) startBridges() (int, error) {
 	fmt.Fprintf(d.out, "started bridge-a (pid %d) and bridge-b (pid %d); their configurations and logs are in %s\n",
 		d.procs[0].cmd.Process.Pid, d.procs[1].cmd.Process.Pid, d.dir)
 	return exitOK, nil
+}
+
+// findBridge settles which leasebridge binary the bridges run: the one
+// given, else the one beside this command (scripts/demo builds both into
+// one directory), else one built into the working directory, as under
+// `go run ./cmd/leasebridge-demo`.
+func (d *demoEnv) findBridge() error {
+	if d.bridge != "" {
+		return nil
+	}
+	if self, err := os.Executable(); err == nil {
+		beside := filepath.Join(filepath.Dir(self), "leasebridge")
+		if fi, err := os.Stat(beside); err == nil && fi.Mode().IsRegular() {
+			d.bridge = beside
+			return nil
+		}
+	}
+	d.bridge = filepath.Join(d.dir, "leasebridge")
+	fmt.Fprintf(d.out, "building leasebridge into %s (the first build downloads Go modules, which can take a few minutes)\n", d.dir)
+	build := exec.CommandContext(d.ctx, "go", "build", "-o", d.bridge, "github.com/leasebridge/leasebridge/cmd/leasebridge")
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build of leasebridge (run from inside the repository, or pass --leasebridge): %w\n%s", err, out)
+	}
+	return nil
 }
 
 // killBridges kills every bridge's process group and waits for each.
@@ -460,18 +448,6 @@ func waitStandby(ctx context.Context, procs []*bridgeProc, owner *bridgeProc, li
 		}
 	}
 	return nil
-}
-
-// sessionStatus reads the one session's status from /sessions at addr.
-func sessionStatus(client *http.Client, addr string) (failover.SessionStatus, error) {
-	st, err := sessions(client, &bridgeProc{http: addr})
-	if err != nil {
-		return failover.SessionStatus{}, fmt.Errorf("/sessions at %s: %w", addr, err)
-	}
-	if len(st) != 1 {
-		return failover.SessionStatus{}, fmt.Errorf("/sessions at %s: %d sessions, want 1", addr, len(st))
-	}
-	return st[0], nil
 }
 
 // sessions reads a bridge's per-session status from /sessions.

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -16,20 +17,20 @@ import (
 	"time"
 
 	"github.com/leasebridge/leasebridge/admission"
-	"github.com/leasebridge/leasebridge/cmd/leasebridge/exitcode"
 	"github.com/leasebridge/leasebridge/internal/testbin"
+	"github.com/leasebridge/leasebridge/preflight"
 	"github.com/leasebridge/leasebridge/routes"
 )
 
-// The README's first command: the demo builds, runs two bridge processes,
-// kills the owner and reports a takeover inside the admitted budget with
+// The README's first command: the demo (built beside leasebridge, as
+// scripts/demo builds it) runs two bridge processes, kills the owner and reports a takeover inside the admitted budget with
 // one PLC connection at a time. The demo itself compares its measurements
 // with the budget; this test checks that it did and printed them.
 func TestDemoTakesOverWithinBudget(t *testing.T) {
-	bin := testbin.Leasebridge(t)
+	bin := testbin.Demo(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, bin, "demo").CombinedOutput()
+	out, err := exec.CommandContext(ctx, bin).CombinedOutput()
 	if err != nil {
 		t.Fatalf("demo: %v\n%s", err, out)
 	}
@@ -58,7 +59,11 @@ func TestDemoTakesOverWithinBudget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep := preflightOf(t, cfg).Admit()[0]
+	built, errs := preflight.Build(cfg, true)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	rep := built.Admit()[0]
 	for _, term := range rep.OwnerDeath.Terms {
 		if !regexp.MustCompile(`(?m)^  ` + term.Name + ` +` + regexp.QuoteMeta(admission.FormatSeconds(term.Value)) + `  \S`).MatchString(text) {
 			t.Errorf("demo output lacks the term %s = %s with its meaning", term.Name, admission.FormatSeconds(term.Value))
@@ -92,15 +97,15 @@ func TestDemoTakesOverWithinBudget(t *testing.T) {
 // plus the signal number. scripts/demo, README's first command, announces
 // its build first and passes the signal on.
 func TestDemoSignalCleansUp(t *testing.T) {
-	bin := testbin.Leasebridge(t)
+	bin := testbin.Demo(t)
 	started := regexp.MustCompile(`^started bridge-a \(pid (\d+)\) and bridge-b \(pid (\d+)\); their configurations and logs are in (\S+)$`)
 	for _, c := range []struct {
 		name string
 		sig  syscall.Signal
 		argv []string
 	}{
-		{"SIGTERM", syscall.SIGTERM, []string{bin, "demo"}},
-		{"SIGINT", syscall.SIGINT, []string{bin, "demo"}},
+		{"SIGTERM", syscall.SIGTERM, []string{bin}},
+		{"SIGINT", syscall.SIGINT, []string{bin}},
 		{"scripts/demo SIGTERM", syscall.SIGTERM, []string{"bash", "../../scripts/demo"}},
 	} {
 		sig := c.sig
@@ -111,9 +116,14 @@ func TestDemoSignalCleansUp(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			stderr := outputFile(t)
+			stderr, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stderr.Close()
+			stderrText := func() string { b, _ := os.ReadFile(stderr.Name()); return string(b) }
 			cmd := exec.Command(c.argv[0], c.argv[1:]...)
-			cmd.Stdout, cmd.Stderr = w, stderr.f
+			cmd.Stdout, cmd.Stderr = w, stderr
 			err = cmd.Start()
 			w.Close()
 			if err != nil {
@@ -148,7 +158,7 @@ func TestDemoSignalCleansUp(t *testing.T) {
 				}
 			}
 			if len(pids) != 2 {
-				t.Fatalf("the demo never reported its bridges:\n%s%s", seen.String(), stderr.String())
+				t.Fatalf("the demo never reported its bridges:\n%s%s", seen.String(), stderrText())
 			}
 			for _, pid := range pids {
 				if !bridgeRuns(pid) {
@@ -162,11 +172,11 @@ func TestDemoSignalCleansUp(t *testing.T) {
 			select {
 			case err = <-exited:
 			case <-time.After(time.Minute):
-				t.Fatalf("the demo did not exit within a minute of %v:\n%s%s", sig, seen.String(), stderr.String())
+				t.Fatalf("the demo did not exit within a minute of %v:\n%s%s", sig, seen.String(), stderrText())
 			}
 			var ee *exec.ExitError
 			if !errors.As(err, &ee) || ee.ExitCode() != 128+int(sig) {
-				t.Errorf("exit after %v: %v, want status %d\n%s", sig, err, 128+int(sig), stderr.String())
+				t.Errorf("exit after %v: %v, want status %d\n%s", sig, err, 128+int(sig), stderrText())
 			}
 			for _, pid := range pids {
 				if bridgeRuns(pid) {
@@ -177,8 +187,8 @@ func TestDemoSignalCleansUp(t *testing.T) {
 				t.Errorf("working directory %s remains: %v", dir, err)
 			}
 			const notice = "building leasebridge (the first run downloads Go modules, which can take a few minutes)...\n"
-			if c.argv[0] == "bash" && !strings.HasPrefix(stderr.String(), notice) {
-				t.Errorf("scripts/demo does not announce its build first:\n%s", stderr.String())
+			if c.argv[0] == "bash" && !strings.HasPrefix(stderrText(), notice) {
+				t.Errorf("scripts/demo does not announce its build first:\n%s", stderrText())
 			}
 		})
 	}
@@ -192,23 +202,3 @@ func bridgeRuns(pid int) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	return err == nil && strings.Contains(string(b), "run\x00-c\x00")
 }
-
-// Numbers the README states about exit statuses come from the code.
-func TestReadmeExitStatuses(t *testing.T) {
-	b, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	readme := string(b)
-	for _, want := range []string{
-		"Exit " + itoa(exitcode.Admitted) + " admitted, " + itoa(exitcode.Refused) + " refused, " + itoa(exitcode.Invalid) + " invalid",
-		"exits " + itoa(exitcode.Refused) + " before any store",
-		"exits " + itoa(exitcode.StepDown),
-	} {
-		if !strings.Contains(readme, want) {
-			t.Errorf("README.md lacks %q", want)
-		}
-	}
-}
-
-func itoa(i int) string { return strconv.Itoa(i) }
