@@ -6,7 +6,6 @@ package all
 
 import (
 	_ "github.com/leasebridge/leasebridge/transports/modbus" // modbus_tcp, modbus_rtu
-	_ "github.com/leasebridge/leasebridge/transports/mqtt"   // brokers
 	_ "github.com/leasebridge/leasebridge/transports/opcua"  // opcua
 	_ "github.com/leasebridge/leasebridge/transports/s7"     // s7
 )

@@ -13,7 +13,6 @@ import (
 	"github.com/leasebridge/leasebridge/internal/faultproxy"
 	"github.com/leasebridge/leasebridge/internal/testmqtt"
 	"github.com/leasebridge/leasebridge/routes"
-	"github.com/leasebridge/leasebridge/transports"
 )
 
 // hang guards every wait; it is never an assertion about speed.
@@ -296,19 +295,6 @@ func TestConfigErrors(t *testing.T) {
 		if _, err := New("x", Config{Broker: b}); !errors.Is(err, ErrConfig) {
 			t.Errorf("%s: %v, want ErrConfig", name, err)
 		}
-	}
-}
-
-func TestRegistry(t *testing.T) {
-	tr, err := transports.New(Kind, "mqtt:local", Config{Broker: testBroker("tcp://127.0.0.1:1883"), Session: "s"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := tr.(*Client); !ok || tr.Name() != "mqtt:local" {
-		t.Fatalf("registry built %T %s", tr, tr.Name())
-	}
-	if _, err := transports.New(Kind, "x", "not a config"); !errors.Is(err, ErrConfig) {
-		t.Fatalf("wrong config type: %v", err)
 	}
 }
 

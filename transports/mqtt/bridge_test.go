@@ -310,7 +310,7 @@ func TestBridgeNeverForwardsRetainedIntoWriteTopics(t *testing.T) {
 			t.Errorf("the stored command was forwarded to %s", m.Topic())
 		}
 	}
-	if got := br.RetainedRefused(); got != 1 {
-		t.Errorf("RetainedRefused = %d, want 1", got)
+	if got := br.refused.Load(); got != 1 {
+		t.Errorf("retained messages refused = %d, want 1", got)
 	}
 }

@@ -39,20 +39,6 @@ import (
 // Kind is the transport kind this package registers.
 const Kind = "mqtt"
 
-func init() {
-	transports.Register(Kind, func(name string, cfg any) (transports.Transport, error) {
-		switch c := cfg.(type) {
-		case Config:
-			return New(name, c)
-		case *Config:
-			if c != nil {
-				return New(name, *c)
-			}
-		}
-		return nil, fmt.Errorf("%w: transport %s: configuration is %T, want mqtt.Config", ErrConfig, name, cfg)
-	})
-}
-
 // Message is one message received on a subscription.
 type Message struct {
 	Topic     string

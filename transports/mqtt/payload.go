@@ -28,19 +28,6 @@ type ValueMessage struct {
 	Epoch     uint64 `json:"epoch"`
 }
 
-// GroupMessage is the JSON payload of a whole poll group on one topic, in
-// Neuron's shape plus quality and epoch:
-//
-//	{"timestamp":1764556800123,"values":{"temp":21.5},"errors":{"level":"timeout"},"epoch":7}
-//
-// values holds every good tag, errors every bad one.
-type GroupMessage struct {
-	Timestamp int64             `json:"timestamp"`
-	Values    map[string]any    `json:"values"`
-	Errors    map[string]string `json:"errors,omitempty"`
-	Epoch     uint64            `json:"epoch"`
-}
-
 // Session states carried on the status topic.
 const (
 	// StateActive: the owner holds the lease and its broker connection is
@@ -237,36 +224,6 @@ func appendJSONString(b []byte, s string) []byte {
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
-}
-
-// EncodeGroup renders a poll group's values with the session's epoch; the
-// message timestamp is the latest read's.
-func EncodeGroup(vs []transports.Value, epoch uint64) ([]byte, error) {
-	m := GroupMessage{Values: map[string]any{}, Epoch: epoch}
-	var latest time.Time
-	for _, v := range vs {
-		if v.Timestamp.After(latest) {
-			latest = v.Timestamp
-		}
-		if v.Err != nil || v.Quality == transports.Bad {
-			if m.Errors == nil {
-				m.Errors = map[string]string{}
-			}
-			msg := "bad quality"
-			if v.Err != nil {
-				msg = v.Err.Error()
-			}
-			m.Errors[v.Tag] = msg
-			continue
-		}
-		m.Values[v.Tag] = v.Value
-	}
-	m.Timestamp = millis(latest)
-	b, err := json.Marshal(m)
-	if err != nil {
-		return nil, fmt.Errorf("mqtt: encode group: %w", err)
-	}
-	return b, nil
 }
 
 // EncodeStatus renders a status message; a zero Timestamp becomes now,

@@ -39,24 +39,6 @@ func TestEncodeValue(t *testing.T) {
 	}
 }
 
-func TestEncodeGroup(t *testing.T) {
-	t1, t2 := time.UnixMilli(1000), time.UnixMilli(2000)
-	b, err := EncodeGroup([]transports.Value{
-		{Tag: "a", Value: true, Quality: transports.Good, Timestamp: t1},
-		{Tag: "b", Err: errors.New("illegal address"), Timestamp: t2},
-	}, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var g GroupMessage
-	if err := json.Unmarshal(b, &g); err != nil {
-		t.Fatal(err)
-	}
-	if g.Timestamp != 2000 || g.Epoch != 4 || g.Values["a"] != true || g.Errors["b"] != "illegal address" || len(g.Values) != 1 {
-		t.Fatalf("group %s", b)
-	}
-}
-
 func TestEncodeStatus(t *testing.T) {
 	b := EncodeStatus(StatusMessage{Session: "s", Owner: "o", Epoch: 2, State: StateServing, ServiceLevelFull: true, Timestamp: 5})
 	if string(b) != `{"session":"s","owner":"o","epoch":2,"state":"serving","service_level_full":true,"timestamp":5}` {

@@ -54,8 +54,6 @@ var (
 	// ErrStatus reports a node or service the server answered with a bad
 	// status code; the session stays open.
 	ErrStatus = errors.New("opcua: bad status")
-	// ErrNoValue reports a subscribed tag with no notification yet.
-	ErrNoValue = errors.New("opcua: no value yet")
 )
 
 // Security policies this transport speaks.
