@@ -120,9 +120,9 @@ devices:
 	}
 }
 
-// admit --json agrees to the nanosecond with the formulas of DESIGN.md,
-// evaluated independently in arbitrary precision, on random explicit
-// configurations.
+// admit --json agrees to the nanosecond with the formulas of
+// docs/failover-budget.md, evaluated independently in arbitrary precision
+// (admission/admissiontest), on random explicit configurations.
 func TestAdmitJSONAgreesWithFormulas(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	ms := func(lo, hi int) time.Duration { return time.Duration(lo+rng.IntN(hi-lo+1)) * time.Millisecond }
