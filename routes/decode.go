@@ -50,11 +50,50 @@ func (e *FieldError) Error() string {
 // Errors is every problem found in one configuration, in file order.
 type Errors []*FieldError
 
-// Error is every problem, one a line.
+// MaxProblems is how many problems a report of one file lists, in file
+// order; the rest are counted, not listed. A generated file with half a
+// million unknown keys is answered at once, and its first problems are
+// what to fix first.
+const MaxProblems = 100
+
+// MaxMessage bounds, in bytes, one problem's message as reported: values
+// quoted from the file are clipped to MaxEcho bytes where the message is
+// made, and this catches any message built elsewhere (a transport's error
+// quoting its input).
+const MaxMessage = 2048
+
+// Shown is what a report lists of es: the first MaxProblems problems, each
+// message clipped to MaxMessage bytes, and how many more there are.
+func (es Errors) Shown() (Errors, int) {
+	n := min(len(es), MaxProblems)
+	shown := make(Errors, n)
+	for i, e := range es[:n] {
+		shown[i] = e
+		if len(e.Message) > MaxMessage {
+			c := *e
+			c.Message = clipTo(e.Message, MaxMessage)
+			shown[i] = &c
+		}
+	}
+	return shown, len(es) - n
+}
+
+// MoreProblems is the line that ends a report listing Shown's problems
+// when more was left out.
+func MoreProblems(more int) string {
+	return fmt.Sprintf("... and %d more problem(s), not listed (the first %d are, in file order)", more, MaxProblems)
+}
+
+// Error is the problems Shown lists, one a line, and how many more there
+// are.
 func (es Errors) Error() string {
-	parts := make([]string, len(es))
-	for i, e := range es {
+	shown, more := es.Shown()
+	parts := make([]string, len(shown), len(shown)+1)
+	for i, e := range shown {
 		parts[i] = e.Error()
+	}
+	if more > 0 {
+		parts = append(parts, MoreProblems(more))
 	}
 	return strings.Join(parts, "\n")
 }
@@ -472,7 +511,7 @@ func (d *decoder) structureRest(n *yaml.Node, v reflect.Value, path string, rest
 		case !ok && rest != nil:
 			*rest = append(*rest, i)
 		case !ok:
-			d.errorf(k, p, "unknown key %q%s", k.Value, suggest(k.Value, sf.byKey))
+			d.errorf(k, p, "unknown key %q%s", k.Value, d.suggest(k.Value, sf.byKey))
 		default:
 			d.lines[p] = pos{k.Line, k.Column}
 			d.value(val, v.FieldByIndex(idx), p)
@@ -547,8 +586,8 @@ func (d *decoder) kindRest(n *yaml.Node, rest []int, path string, l level) any {
 		if known == nil {
 			known, others = kindKeys(k, l), otherKindsKeys(k, l)
 		}
-		hint := suggest(key.Value, known)
-		if other := closest(key.Value, others); hint == "" && other != "" && k != nil {
+		hint := d.suggest(key.Value, known)
+		if other := d.closest(key.Value, others); hint == "" && other != "" && k != nil {
 			hint = fmt.Sprintf(" (did you mean %q? %s)", other, foreignKey(other, d.kind, l))
 		}
 		d.errorf(key, p, "unknown key %q%s", key.Value, hint)
@@ -639,8 +678,8 @@ func (d *decoder) sequence(n *yaml.Node, v reflect.Value, path string) {
 }
 
 // suggest proposes the known key closest to a misspelt one.
-func suggest(key string, known map[string][]int) string {
-	best := closest(key, known)
+func (d *decoder) suggest(key string, known map[string][]int) string {
+	best := d.closest(key, known)
 	if best == "" {
 		return ""
 	}
@@ -648,7 +687,15 @@ func suggest(key string, known map[string][]int) string {
 }
 
 // closest is the known key within a small edit distance of key, or "".
-func closest(key string, known map[string][]int) string {
+// Past MaxProblems problems it is "" at once: decoding reports mostly in
+// file order, so those problems are counted, not listed (half a million
+// unknown keys spent most of their time here). The exception is a kind's
+// own keys, decoded after the device's groups: a hint may be missing there
+// behind 100 earlier problems.
+func (d *decoder) closest(key string, known map[string][]int) string {
+	if len(d.errs) >= MaxProblems {
+		return ""
+	}
 	const maxDist = 3
 	best, bestD := "", maxDist
 	for k := range known {
@@ -685,18 +732,25 @@ func clip(s string) string {
 	if len(s) <= ClipAbove {
 		return s
 	}
-	cut := MaxEcho
+	return clipTo(s, MaxEcho)
+}
+
+// clipTo keeps the first n bytes of s, cut at a character boundary, and
+// says how long s was.
+func clipTo(s string, n int) string {
+	cut := n
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
 	return fmt.Sprintf("%s...(%d bytes)", s[:cut], len(s))
 }
 
-// clipArgs clips every string argument of an error message.
+// clipArgs clips every string argument of an error message, also one of
+// a named string type (a DeploymentMode holding whatever the file wrote).
 func clipArgs(args []any) []any {
 	for i, a := range args {
-		if s, ok := a.(string); ok && len(s) > ClipAbove {
-			args[i] = clip(s)
+		if v := reflect.ValueOf(a); v.Kind() == reflect.String && v.Len() > ClipAbove {
+			args[i] = clip(v.String())
 		}
 	}
 	return args

@@ -56,6 +56,9 @@ func TestHugeScalarIsNotEchoed(t *testing.T) {
 		"value": base + "routes:\n  - {name: r, session: s, kind: poll, device: plc, broker: local, publish: " + huge + "}\n",
 		"key":   base + huge + ": 1\nroutes:\n  - {name: r, session: s, kind: poll, device: plc, broker: local}\n",
 		"int":   base + "routes:\n  - {name: r, session: s, kind: poll, device: plc, broker: local}\nhttp_listen: [" + huge + "]\n",
+		// A DeploymentMode, not a string: it was echoed whole.
+		"mode": strings.Replace(base, "deployment_mode: clustered", "deployment_mode: "+huge, 1) +
+			"routes:\n  - {name: r, session: s, kind: poll, device: plc, broker: local}\n",
 	} {
 		_, errs := parse(t, y)
 		if len(errs) == 0 {
@@ -64,6 +67,43 @@ func TestHugeScalarIsNotEchoed(t *testing.T) {
 		if n := len(errs.Error()); n > 2000 {
 			t.Errorf("%s: error is %d bytes, want a bounded echo", name, n)
 		}
+	}
+}
+
+// A report lists the first routes.MaxProblems problems in file order and
+// counts the rest; a message longer than routes.MaxMessage, however it was
+// made, is clipped where it is listed.
+func TestReportedProblemsAreBounded(t *testing.T) {
+	const n = 1000
+	var sb strings.Builder
+	sb.WriteString(base + "routes:\n  - {name: r, session: s, kind: poll, device: plc, broker: local}\n")
+	for i := range n {
+		fmt.Fprintf(&sb, "unknown_%d: 1\n", i)
+	}
+	_, errs := parse(t, sb.String())
+	if len(errs) != n {
+		t.Fatalf("%d problems, want %d", len(errs), n)
+	}
+	shown, more := errs.Shown()
+	if len(shown) != routes.MaxProblems || more != n-routes.MaxProblems {
+		t.Fatalf("Shown: %d listed, %d more; want %d and %d", len(shown), more, routes.MaxProblems, n-routes.MaxProblems)
+	}
+	for i, e := range shown {
+		if want := fmt.Sprintf("unknown_%d", i); e.Path != want {
+			t.Fatalf("listed problem %d is at %s, want %s (file order)", i, e.Path, want)
+		}
+	}
+	lines := strings.Split(errs.Error(), "\n")
+	if len(lines) != routes.MaxProblems+1 || lines[len(lines)-1] != routes.MoreProblems(n-routes.MaxProblems) {
+		t.Errorf("Error() has %d lines, ending %q", len(lines), lines[len(lines)-1])
+	}
+	long := routes.Errors{{File: "f", Message: "transport says: " + strings.Repeat("y", 10<<20)}}
+	listed, _ := long.Shown()
+	if got := len(listed[0].Message); got > routes.MaxMessage+32 || !strings.HasSuffix(listed[0].Message, fmt.Sprintf("...(%d bytes)", len(long[0].Message))) {
+		t.Errorf("a 10 MB message is listed with %d bytes, ending %q", got, listed[0].Message[max(0, got-40):])
+	}
+	if len(long[0].Message) != 16+10<<20 {
+		t.Error("Shown changed the problem it clipped")
 	}
 }
 

@@ -83,12 +83,16 @@ func invalid(format, file string, errs routes.Errors, stdout, stderr io.Writer) 
 			fmt.Fprintf(stderr, "leasebridge admit: %v\n", err)
 		}
 	case "github":
-		for _, e := range errs {
+		shown, more := errs.Shown()
+		for _, e := range shown {
 			msg := e.Message
 			if e.Path != "" {
 				msg = e.Path + ": " + msg
 			}
 			annotate(stdout, "error", e, "leasebridge admit: invalid configuration", msg)
+		}
+		if more > 0 {
+			annotate(stdout, "error", &routes.FieldError{File: file}, "leasebridge admit: invalid configuration", routes.MoreProblems(more))
 		}
 	default:
 		writeInvalid(stderr, "admit", file, errs)
@@ -97,15 +101,20 @@ func invalid(format, file string, errs routes.Errors, stdout, stderr io.Writer) 
 }
 
 // writeInvalid prints configuration problems for people: a file that
-// cannot be read on one line, else one line per problem.
+// cannot be read on one line, else one line per problem, the first
+// routes.MaxProblems of them (routes.Errors.Shown).
 func writeInvalid(w io.Writer, cmd, file string, errs routes.Errors) {
+	shown, more := errs.Shown()
 	if len(errs) == 1 && errs[0].Line == 0 && errs[0].Path == "" {
-		fmt.Fprintf(w, "leasebridge %s: %v\n", cmd, errs[0])
+		fmt.Fprintf(w, "leasebridge %s: %v\n", cmd, shown[0])
 		return
 	}
 	fmt.Fprintf(w, "%s: invalid configuration (%d problem(s)):\n", file, len(errs))
-	for _, e := range errs {
+	for _, e := range shown {
 		fmt.Fprintf(w, "  %v\n", e)
+	}
+	if more > 0 {
+		fmt.Fprintf(w, "  %s\n", routes.MoreProblems(more))
 	}
 }
 
@@ -150,8 +159,11 @@ func readProblem(err error) string {
 	return err.Error()
 }
 
+// redactErrors redacts the messages a report lists, the first
+// routes.MaxProblems: the rest are counted, never printed. It redacts before
+// routes.Errors.Shown clips, so no cut leaves half a password.
 func redactErrors(errs routes.Errors) routes.Errors {
-	for _, e := range errs {
+	for _, e := range errs[:min(len(errs), routes.MaxProblems)] {
 		e.Message = redact.Text(e.Message)
 	}
 	return errs

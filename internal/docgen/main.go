@@ -159,6 +159,7 @@ func render() (map[string][]byte, error) {
 	admit, err := execute(admitJSONTmpl, map[string]any{
 		"ExitAdmitted": exitcode.Admitted, "ExitRefused": exitcode.Refused, "ExitInvalid": exitcode.Invalid,
 		"Example": example, "SchemaVersion": report.SchemaVersion,
+		"MaxProblems": routes.MaxProblems, "MaxMessage": routes.MaxMessage,
 	})
 	if err != nil {
 		return nil, err
@@ -167,7 +168,8 @@ func render() (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	config, err := execute(configurationTmpl, map[string]any{"Reference": ref, "MaxEcho": routes.MaxEcho, "ClipAbove": routes.ClipAbove})
+	config, err := execute(configurationTmpl, map[string]any{"Reference": ref, "MaxEcho": routes.MaxEcho, "ClipAbove": routes.ClipAbove,
+		"MaxProblems": routes.MaxProblems, "MaxMessage": routes.MaxMessage})
 	if err != nil {
 		return nil, err
 	}

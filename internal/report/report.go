@@ -32,6 +32,9 @@ type Admission struct {
 	DeploymentMode     string               `json:"deployment_mode,omitempty"`
 	Sessions           []Session            `json:"sessions"`
 	Errors             []*routes.FieldError `json:"errors"`
+	// ErrorsNotListed counts the problems past routes.MaxProblems that
+	// Errors leaves out; absent when it lists every one.
+	ErrorsNotListed int `json:"errors_not_listed,omitempty"`
 }
 
 // Session is one session's admission outcome in JSON.
@@ -112,9 +115,13 @@ func FromReports(cfg *routes.Config, sessions []routes.Session, reports []admiss
 	return a
 }
 
-// Invalid builds the JSON document for a configuration that did not decode.
+// Invalid builds the JSON document for a configuration that did not
+// decode: the problems routes.Errors.Shown lists, and how many more there
+// are.
 func Invalid(file string, errs routes.Errors) Admission {
-	return Admission{SchemaVersion: SchemaVersion, LeasebridgeVersion: buildinfo.Read().Version, File: file, Sessions: []Session{}, Errors: errs}
+	shown, more := errs.Shown()
+	return Admission{SchemaVersion: SchemaVersion, LeasebridgeVersion: buildinfo.Read().Version, File: file, Sessions: []Session{},
+		Errors: shown, ErrorsNotListed: more}
 }
 
 // WriteJSON prints the document indented, with a trailing newline.
