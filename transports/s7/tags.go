@@ -77,14 +77,53 @@ var (
 // Errors name the tag and the offending field and say what is expected.
 func parseTag(tg *routes.Tag) (*tag, error) {
 	t := &tag{name: tg.Name, address: tg.Address, bit: -1, scale: tg.Scale, offset: tg.Offset}
-	bad := func(why string) error {
-		return fmt.Errorf("%w: tag %q: address %q: %s", ErrAddress, tg.Name, tg.Address, why)
-	}
 	if tg.Settings != nil {
 		return nil, fmt.Errorf("%w: tag %q: settings %T are another kind's (such as Modbus's register or byte_order): an S7 address names its area and values are big-endian", ErrConfig, tg.Name, tg.Settings)
 	}
+	width, sub, err := t.parseAddress(tg)
+	if err != nil {
+		return nil, err
+	}
+	typ := tagvalue.Type(strings.ToLower(strings.TrimSpace(tg.Type)))
+	if a, ok := typeAliases[string(typ)]; ok {
+		typ = a
+	}
+	switch width {
+	case "X":
+		typ, err = t.bitType(tg, typ, sub)
+	case "S":
+		typ, err = t.stringType(tg, typ, sub)
+	default:
+		typ, err = t.wordType(tg, typ, width, sub)
+	}
+	if err != nil {
+		return nil, err
+	}
+	t.typ = typ
+	t.size = sizes[typ]
+	if typ == tagvalue.TypeString {
+		t.size = t.strMax + 2
+	}
+	if t.start+t.size > 65536 {
+		return nil, badAddress(tg, "the value runs past byte 65535")
+	}
+	if (t.scale != nil || t.offset != 0) && (typ == tagvalue.TypeBool || typ == tagvalue.TypeString) {
+		return nil, fmt.Errorf("%w: tag %q: scale and offset apply to numbers, not to %s", ErrConfig, tg.Name, typ)
+	}
+	return t, nil
+}
+
+// badAddress is an ErrAddress naming tg, its address and why.
+func badAddress(tg *routes.Tag, why string) error {
+	return fmt.Errorf("%w: tag %q: address %q: %s", ErrAddress, tg.Name, tg.Address, why)
+}
+
+// parseAddress sets t's area, DB and start byte from tg's address and
+// returns its width letter (X, B, W, D, or S for a STRING) and what follows
+// the byte: a bit, or a STRING's declared length.
+func (t *tag) parseAddress(tg *routes.Tag) (width, sub string, err error) {
 	addr := strings.ToUpper(strings.ReplaceAll(tg.Address, " ", ""))
-	var width, num, sub string
+	var num string
 	switch {
 	case reDBStr.MatchString(addr):
 		m := reDBStr.FindStringSubmatch(addr)
@@ -98,11 +137,11 @@ func parseTag(tg *routes.Tag) (*tag, error) {
 			// DB<n>.DBS<byte> is a STRING whose declared length is the
 			// tag's length.
 			if sub != "" {
-				return nil, bad("a STRING address takes no .<bit>; give its length in length")
+				return "", "", badAddress(tg, "a STRING address takes no .<bit>; give its length in length")
 			}
 			width, sub = "S", strconv.Itoa(tg.Length)
 			if tg.Length < 1 || tg.Length > maxString {
-				return nil, fmt.Errorf("%w: tag %q: a STRING at %s needs length 1..%d (its declared length)", ErrConfig, tg.Name, tg.Address, maxString)
+				return "", "", fmt.Errorf("%w: tag %q: a STRING at %s needs length 1..%d (its declared length)", ErrConfig, tg.Name, tg.Address, maxString)
 			}
 		}
 	case reArea.MatchString(addr):
@@ -111,86 +150,87 @@ func parseTag(tg *routes.Tag) (*tag, error) {
 		width, num, sub = m[2], m[3], m[4]
 		if width == "" {
 			if sub == "" {
-				return nil, bad(addrForm)
+				return "", "", badAddress(tg, addrForm)
 			}
 			width = "X"
 		}
 	default:
-		return nil, bad(addrForm)
+		return "", "", badAddress(tg, addrForm)
 	}
 	if t.area == areaDB && (t.db < 1 || t.db > 65535) {
-		return nil, bad("DB number must be 1..65535")
+		return "", "", badAddress(tg, "DB number must be 1..65535")
 	}
-	var err error
 	if t.start, err = strconv.Atoi(num); err != nil || t.start > 65535 {
-		return nil, bad("byte offset must be 0..65535")
+		return "", "", badAddress(tg, "byte offset must be 0..65535")
 	}
-	typ := tagvalue.Type(strings.ToLower(strings.TrimSpace(tg.Type)))
-	if a, ok := typeAliases[string(typ)]; ok {
-		typ = a
+	return width, sub, nil
+}
+
+// bitType sets t's bit from sub and checks typ for a bit address: a bool.
+func (t *tag) bitType(tg *routes.Tag, typ tagvalue.Type, sub string) (tagvalue.Type, error) {
+	var err error
+	if sub == "" {
+		return "", badAddress(tg, "a bit address needs .<bit>, e.g. DB1.DBX0.3")
 	}
-	switch width {
-	case "X":
-		if sub == "" {
-			return nil, bad("a bit address needs .<bit>, e.g. DB1.DBX0.3")
-		}
-		if t.bit, err = strconv.Atoi(sub); err != nil || t.bit > 7 {
-			return nil, bad("bit must be 0..7")
-		}
-		if typ == "" {
-			typ = tagvalue.TypeBool
-		}
-		if typ != tagvalue.TypeBool {
-			return nil, fmt.Errorf("%w: tag %q: type %q: a bit address holds a bool", ErrConfig, tg.Name, tg.Type)
-		}
-	case "S":
-		t.strMax, err = strconv.Atoi(sub)
-		if err != nil || t.strMax < 1 || t.strMax > maxString {
-			return nil, bad(fmt.Sprintf("STRING length must be 1..%d", maxString))
-		}
-		if typ != "" && typ != tagvalue.TypeString {
-			return nil, fmt.Errorf("%w: tag %q: type %q: a STRING address holds a string", ErrConfig, tg.Name, tg.Type)
-		}
-		typ = tagvalue.TypeString
-	default:
-		if sub != "" {
-			return nil, bad("only a bit address (X) takes .<bit>")
-		}
-		def := map[string]tagvalue.Type{"B": tagvalue.TypeUint8, "W": tagvalue.TypeUint16, "D": tagvalue.TypeUint32}[width]
-		if typ == "" {
-			typ = def
-		}
-		if typ == tagvalue.TypeBool {
-			return nil, fmt.Errorf("%w: tag %q: a bool needs a bit address such as DB1.DBX0.0", ErrConfig, tg.Name)
-		}
-		if typ == tagvalue.TypeString {
-			if width != "B" {
-				return nil, fmt.Errorf("%w: tag %q: a string needs a byte address (DB1.DBB10) or DB1.STRING10.<length>", ErrConfig, tg.Name)
-			}
-			t.strMax = tg.Length
-			if t.strMax < 1 || t.strMax > maxString {
-				return nil, fmt.Errorf("%w: tag %q: a string needs length 1..%d", ErrConfig, tg.Name, maxString)
-			}
-		} else if _, ok := sizes[typ]; !ok {
-			return nil, fmt.Errorf("%w: tag %q: type %q: want one of %s (or a TIA name such as INT, DINT, REAL, LREAL)", ErrConfig, tg.Name, tg.Type, strings.Join(routes.TagTypes, ", "))
-		} else if width != "B" && sizes[typ] != sizes[def] {
-			// DBB only fixes the start, so it may begin a value of any
-			// size; DBW and DBD promise a width.
-			return nil, fmt.Errorf("%w: tag %q: type %q is %d bytes but %s addresses %d; use DBB (or MB, IB, QB) to start a value of another size", ErrConfig, tg.Name, typ, sizes[typ], width, sizes[def])
-		}
+	if t.bit, err = strconv.Atoi(sub); err != nil || t.bit > 7 {
+		return "", badAddress(tg, "bit must be 0..7")
 	}
-	t.typ = typ
-	t.size = sizes[typ]
+	if typ == "" {
+		typ = tagvalue.TypeBool
+	}
+	if typ != tagvalue.TypeBool {
+		return "", fmt.Errorf("%w: tag %q: type %q: a bit address holds a bool", ErrConfig, tg.Name, tg.Type)
+	}
+	return typ, nil
+}
+
+// stringType sets t's declared STRING length from sub and checks typ for
+// a STRING address: a string.
+func (t *tag) stringType(tg *routes.Tag, typ tagvalue.Type, sub string) (tagvalue.Type, error) {
+	var err error
+	t.strMax, err = strconv.Atoi(sub)
+	if err != nil || t.strMax < 1 || t.strMax > maxString {
+		return "", badAddress(tg, fmt.Sprintf("STRING length must be 1..%d", maxString))
+	}
+	if typ != "" && typ != tagvalue.TypeString {
+		return "", fmt.Errorf("%w: tag %q: type %q: a STRING address holds a string", ErrConfig, tg.Name, tg.Type)
+	}
+	return tagvalue.TypeString, nil
+}
+
+// wordType checks typ for a byte, word or double-word address (B, W, D):
+// its default is that width's unsigned integer, DBB may start a value of
+// any size or a string of tg's length, DBW and DBD promise their width.
+func (t *tag) wordType(tg *routes.Tag, typ tagvalue.Type, width, sub string) (tagvalue.Type, error) {
+	if sub != "" {
+		return "", badAddress(tg, "only a bit address (X) takes .<bit>")
+	}
+	def := map[string]tagvalue.Type{"B": tagvalue.TypeUint8, "W": tagvalue.TypeUint16, "D": tagvalue.TypeUint32}[width]
+	if typ == "" {
+		typ = def
+	}
+	if typ == tagvalue.TypeBool {
+		return "", fmt.Errorf("%w: tag %q: a bool needs a bit address such as DB1.DBX0.0", ErrConfig, tg.Name)
+	}
 	if typ == tagvalue.TypeString {
-		t.size = t.strMax + 2
+		if width != "B" {
+			return "", fmt.Errorf("%w: tag %q: a string needs a byte address (DB1.DBB10) or DB1.STRING10.<length>", ErrConfig, tg.Name)
+		}
+		t.strMax = tg.Length
+		if t.strMax < 1 || t.strMax > maxString {
+			return "", fmt.Errorf("%w: tag %q: a string needs length 1..%d", ErrConfig, tg.Name, maxString)
+		}
+		return typ, nil
 	}
-	if t.start+t.size > 65536 {
-		return nil, bad("the value runs past byte 65535")
+	if _, ok := sizes[typ]; !ok {
+		return "", fmt.Errorf("%w: tag %q: type %q: want one of %s (or a TIA name such as INT, DINT, REAL, LREAL)", ErrConfig, tg.Name, tg.Type, strings.Join(routes.TagTypes, ", "))
 	}
-	if (t.scale != nil || t.offset != 0) && (typ == tagvalue.TypeBool || typ == tagvalue.TypeString) {
-		return nil, fmt.Errorf("%w: tag %q: scale and offset apply to numbers, not to %s", ErrConfig, tg.Name, typ)
+	if width != "B" && sizes[typ] != sizes[def] {
+		// DBB only fixes the start, so it may begin a value of any
+		// size; DBW and DBD promise a width.
+		return "", fmt.Errorf("%w: tag %q: type %q is %d bytes but %s addresses %d; use DBB (or MB, IB, QB) to start a value of another size", ErrConfig, tg.Name, typ, sizes[typ], width, sizes[def])
 	}
-	return t, nil
+	return typ, nil
 }
 
 // span is a run of bytes of one area (and DB) that covers one or more tags
