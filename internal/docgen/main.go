@@ -91,16 +91,39 @@ const churnD = time.Minute
 
 // render returns every generated page by file name.
 func render() (map[string][]byte, error) {
-	fs := admission.FormatSeconds
-	table, err := report.ProfileTable()
-	if err != nil {
-		return nil, err
-	}
 	sa, err := report.EvaluateProfile(admission.Standalone)
 	if err != nil {
 		return nil, err
 	}
 	cl, err := report.EvaluateProfile(admission.Clustered)
+	if err != nil {
+		return nil, err
+	}
+	pages := map[string]func() ([]byte, error){
+		"failover-budget.md": func() ([]byte, error) { return budgetPage(sa, cl) },
+		"admit-json.md":      admitPage,
+		"configuration.md":   configurationPage,
+		"operations.md":      operationsPage,
+		"bridged-data.md":    func() ([]byte, error) { return bridgedData(sa, cl) },
+		"writes.md":          func() ([]byte, error) { return execute(writesTmpl, writesData()) },
+		"status-json.md":     statusPage,
+	}
+	out := make(map[string][]byte, len(pages))
+	for name, page := range pages {
+		b, err := page()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		out[name] = b
+	}
+	return out, nil
+}
+
+// budgetPage is failover-budget.md: the shipped profiles sa and cl, and
+// every constant its text quotes.
+func budgetPage(sa, cl report.Profile) ([]byte, error) {
+	fs := admission.FormatSeconds
+	table, err := report.ProfileTable()
 	if err != nil {
 		return nil, err
 	}
@@ -148,31 +171,36 @@ func render() (map[string][]byte, error) {
 	for k, v := range store {
 		data[k] = v
 	}
-	budget, err := execute(failoverBudgetTmpl, data)
-	if err != nil {
-		return nil, err
-	}
+	return execute(failoverBudgetTmpl, data)
+}
+
+// admitPage is admit-json.md: the document's fields and an example.
+func admitPage() ([]byte, error) {
 	example, err := admitExample()
 	if err != nil {
 		return nil, err
 	}
-	admit, err := execute(admitJSONTmpl, map[string]any{
+	return execute(admitJSONTmpl, map[string]any{
 		"ExitAdmitted": exitcode.Admitted, "ExitRefused": exitcode.Refused, "ExitInvalid": exitcode.Invalid,
 		"Example": example, "SchemaVersion": report.SchemaVersion,
 		"MaxProblems": routes.MaxProblems, "MaxMessage": routes.MaxMessage,
 	})
-	if err != nil {
-		return nil, err
-	}
+}
+
+// configurationPage is configuration.md: the key reference and the limits
+// of what an error repeats.
+func configurationPage() ([]byte, error) {
 	ref, err := configReference()
 	if err != nil {
 		return nil, err
 	}
-	config, err := execute(configurationTmpl, map[string]any{"Reference": ref, "MaxEcho": routes.MaxEcho, "ClipAbove": routes.ClipAbove,
+	return execute(configurationTmpl, map[string]any{"Reference": ref, "MaxEcho": routes.MaxEcho, "ClipAbove": routes.ClipAbove,
 		"MaxProblems": routes.MaxProblems, "MaxMessage": routes.MaxMessage})
-	if err != nil {
-		return nil, err
-	}
+}
+
+// operationsPage is operations.md: the start-up log, exit statuses,
+// metrics and the embedded store's disk use.
+func operationsPage() ([]byte, error) {
 	metrics, err := metricsTable()
 	if err != nil {
 		return nil, err
@@ -190,29 +218,17 @@ func render() (map[string][]byte, error) {
 	for k, v := range embeddedDisk() {
 		opsData[k] = v
 	}
-	ops, err := execute(operationsTmpl, opsData)
-	if err != nil {
-		return nil, err
-	}
-	bridged, err := bridgedData(sa, cl)
-	if err != nil {
-		return nil, err
-	}
-	writes, err := execute(writesTmpl, writesData())
-	if err != nil {
-		return nil, err
-	}
+	return execute(operationsTmpl, opsData)
+}
+
+// statusPage is status-json.md: an example and the exit statuses.
+func statusPage() ([]byte, error) {
 	statusEx, err := statusExample()
 	if err != nil {
 		return nil, err
 	}
-	statusPage, err := execute(statusJSONTmpl, map[string]any{"Example": statusEx, "ExitOK": exitcode.Admitted,
+	return execute(statusJSONTmpl, map[string]any{"Example": statusEx, "ExitOK": exitcode.Admitted,
 		"ExitNotOwned": exitcode.NotOwned, "ExitInvalid": exitcode.Invalid, "ExitStoreDown": exitcode.StoreDown})
-	if err != nil {
-		return nil, err
-	}
-	return map[string][]byte{"failover-budget.md": budget, "admit-json.md": admit, "configuration.md": config, "operations.md": ops,
-		"bridged-data.md": bridged, "writes.md": writes, "status-json.md": statusPage}, nil
 }
 
 func execute(tmpl string, data any) ([]byte, error) {
