@@ -424,32 +424,7 @@ func (c *Client) connect(ctx context.Context) (paho.Client, error) {
 	subs := append([]*Subscription(nil), c.subs...)
 	c.mu.Unlock()
 
-	o := paho.NewClientOptions()
-	o.AddBroker(c.s.url.URL.String()) // the full URL: paho reads its userinfo
-	o.SetClientID(c.s.clientID)
-	// Explicit, so paho never falls back to 3.1 with a fresh timeout.
-	o.SetProtocolVersion(c.s.protocol)
-	o.SetCleanSession(c.s.clean)
-	o.SetKeepAlive(c.s.keepAlive)
-	o.SetPingTimeout(pingTimeout(c.s.keepAlive))
-	// paho's own handshake deadline is only a backstop: the timer below
-	// and the per-attempt context enforce connect_timeout, and report it
-	// as such instead of as a bare read timeout.
-	o.SetConnectTimeout(2 * c.s.connect)
-	o.SetWriteTimeout(c.s.connect)
-	// Reconnects are ours (recover), so every attempt is counted and
-	// bounded the same way.
-	o.SetAutoReconnect(false)
-	o.SetConnectRetry(false)
-	o.SetResumeSubs(false)
-	o.SetAutoAckDisabled(true)
-	o.SetOrderMatters(true)
-	o.SetUsername(c.s.creds.Username)
-	o.SetPassword(pw)
-	if c.s.tls != nil {
-		o.SetTLSConfig(c.s.tls)
-	}
-	o.SetBinaryWill(c.s.statusTopic, EncodeStatus(c.statusMessage(id, StateLost, false)), 1, true)
+	o := c.options(pw, id)
 	// The dial and the handshake belong to this attempt alone: once it is
 	// abandoned, a late socket is closed instead of completing a CONNECT
 	// that would take the session's client id over from the next attempt.
@@ -481,18 +456,7 @@ func (c *Client) connect(ctx context.Context) (paho.Client, error) {
 	if err := tok.Error(); err != nil {
 		ccancel()
 		c.teardown(pc, false, 0)
-		if ct, ok := tok.(*paho.ConnectToken); ok {
-			switch rc := ct.ReturnCode(); rc {
-			case packets.ErrRefusedBadProtocolVersion, packets.ErrRefusedIDRejected,
-				packets.ErrRefusedBadUsernameOrPassword, packets.ErrRefusedNotAuthorised:
-				return nil, fmt.Errorf("%w: broker %s, client id %s, user %q: %s (CONNACK code %d)",
-					ErrRefused, c.s.url, c.s.clientID, c.s.creds.Username, packets.ConnackReturnCodes[rc], rc)
-			}
-		}
-		if certRejected(err) {
-			return nil, fmt.Errorf("%w: broker %s: %w", ErrTLS, c.s.url, err)
-		}
-		return nil, fmt.Errorf("broker %s: connect: %w", c.s.url, err)
+		return nil, c.connectError(tok, err)
 	}
 	c.mu.Lock()
 	c.pc, c.gone = pc, make(chan struct{})
@@ -503,6 +467,56 @@ func (c *Client) connect(ctx context.Context) (paho.Client, error) {
 	}
 	c.mu.Unlock()
 	return pc, nil
+}
+
+// options are the paho options of every connect attempt with password pw;
+// id is the owner identity its last will names.
+func (c *Client) options(pw string, id Identity) *paho.ClientOptions {
+	o := paho.NewClientOptions()
+	o.AddBroker(c.s.url.URL.String()) // the full URL: paho reads its userinfo
+	o.SetClientID(c.s.clientID)
+	// Explicit, so paho never falls back to 3.1 with a fresh timeout.
+	o.SetProtocolVersion(c.s.protocol)
+	o.SetCleanSession(c.s.clean)
+	o.SetKeepAlive(c.s.keepAlive)
+	o.SetPingTimeout(pingTimeout(c.s.keepAlive))
+	// paho's own handshake deadline is only a backstop: the timer below
+	// and the per-attempt context enforce connect_timeout, and report it
+	// as such instead of as a bare read timeout.
+	o.SetConnectTimeout(2 * c.s.connect)
+	o.SetWriteTimeout(c.s.connect)
+	// Reconnects are ours (recover), so every attempt is counted and
+	// bounded the same way.
+	o.SetAutoReconnect(false)
+	o.SetConnectRetry(false)
+	o.SetResumeSubs(false)
+	o.SetAutoAckDisabled(true)
+	o.SetOrderMatters(true)
+	o.SetUsername(c.s.creds.Username)
+	o.SetPassword(pw)
+	if c.s.tls != nil {
+		o.SetTLSConfig(c.s.tls)
+	}
+	o.SetBinaryWill(c.s.statusTopic, EncodeStatus(c.statusMessage(id, StateLost, false)), 1, true)
+	return o
+}
+
+// connectError says why a connect attempt failed: a CONNACK refusal that
+// retrying will not change (ErrRefused), a certificate the broker or this
+// client rejected (ErrTLS), or anything else, which a retry may cure.
+func (c *Client) connectError(tok paho.Token, err error) error {
+	if ct, ok := tok.(*paho.ConnectToken); ok {
+		switch rc := ct.ReturnCode(); rc {
+		case packets.ErrRefusedBadProtocolVersion, packets.ErrRefusedIDRejected,
+			packets.ErrRefusedBadUsernameOrPassword, packets.ErrRefusedNotAuthorised:
+			return fmt.Errorf("%w: broker %s, client id %s, user %q: %s (CONNACK code %d)",
+				ErrRefused, c.s.url, c.s.clientID, c.s.creds.Username, packets.ConnackReturnCodes[rc], rc)
+		}
+	}
+	if certRejected(err) {
+		return fmt.Errorf("%w: broker %s: %w", ErrTLS, c.s.url, err)
+	}
+	return fmt.Errorf("broker %s: connect: %w", c.s.url, err)
 }
 
 // reconcile subscribes every topic and publishes the retained status; it
