@@ -279,7 +279,6 @@ func (t *Transport) session(ctx context.Context) (*session, error) {
 // connect opens the secure channel and session; dctx ends at
 // connect_timeout.
 func (t *Transport) connect(dctx context.Context) (*session, error) {
-
 	abort := &abortableDial{}
 	defer abort.finish()
 	stopAbort := abort.watch(dctx)
@@ -318,28 +317,11 @@ func (t *Transport) connect(dctx context.Context) (*session, error) {
 		// server sees one connection only.
 		opts = append(opts, opcua.SecurityPolicy(ua.SecurityPolicyURINone), opcua.SecurityMode(ua.MessageSecurityModeNone))
 	} else {
-		// The endpoint list names the server certificate and the policy ids
-		// of the user tokens. It is asked once, on a short connection of its
-		// own closed before the session's is opened, and kept: asking again
-		// at every reconnection would double the connections a restarting
-		// server sees.
-		t.mu.Lock()
-		eps := t.endpoints
-		t.mu.Unlock()
-		if eps == nil {
-			var err error
-			if eps, err = opcua.GetEndpoints(dctx, t.endpoint, abort.option()); err != nil {
-				return nil, fmt.Errorf("get endpoints: %w", err)
-			}
-			t.mu.Lock()
-			t.endpoints = eps
-			t.mu.Unlock()
-		}
-		ep, err := opcua.SelectEndpoint(eps, t.policy, t.mode)
+		sec, err := t.endpointSecurity(dctx, abort, tokenType)
 		if err != nil {
-			return nil, fmt.Errorf("%w: the server offers no endpoint with policy %s and mode %s", ErrConfig, t.policy, t.mode)
+			return nil, err
 		}
-		opts = append(opts, opcua.SecurityFromEndpoint(ep, tokenType))
+		opts = append(opts, sec)
 	}
 	c, err := opcua.NewClient(t.endpoint, opts...)
 	if err != nil {
@@ -360,6 +342,32 @@ func (t *Transport) connect(dctx context.Context) (*session, error) {
 	}
 	sctx, scancel := context.WithCancel(context.Background())
 	return &session{c: c, subs: map[string]*sub{}, ctx: sctx, cancel: scancel}, nil
+}
+
+// endpointSecurity is the security of the server's endpoint with the
+// configured policy and mode, for a user token of tokenType. The endpoint
+// list names the server certificate and the policy ids of the user tokens.
+// It is asked once, on a short connection of its own closed before the
+// session's is opened, and kept: asking again at every reconnection would
+// double the connections a restarting server sees.
+func (t *Transport) endpointSecurity(dctx context.Context, abort *abortableDial, tokenType ua.UserTokenType) (opcua.Option, error) {
+	t.mu.Lock()
+	eps := t.endpoints
+	t.mu.Unlock()
+	if eps == nil {
+		var err error
+		if eps, err = opcua.GetEndpoints(dctx, t.endpoint, abort.option()); err != nil {
+			return nil, fmt.Errorf("get endpoints: %w", err)
+		}
+		t.mu.Lock()
+		t.endpoints = eps
+		t.mu.Unlock()
+	}
+	ep, err := opcua.SelectEndpoint(eps, t.policy, t.mode)
+	if err != nil {
+		return nil, fmt.Errorf("%w: the server offers no endpoint with policy %s and mode %s", ErrConfig, t.policy, t.mode)
+	}
+	return opcua.SecurityFromEndpoint(ep, tokenType), nil
 }
 
 // securityFailure reports a refusal that a fresh endpoint list (a renewed
