@@ -351,6 +351,8 @@ func (c *Config) checkRouteTopics(path string, r *Route) Errors {
 	return errs
 }
 
+// checkRoute checks route r at path: what every route needs, then what
+// its kind needs (checkDeviceRoute, checkBridgeRoute).
 func (c *Config) checkRoute(path string, r *Route) Errors {
 	var errs Errors
 	add := func(p, format string, args ...any) { errs = append(errs, c.errAt(p, format, args...)) }
@@ -370,60 +372,9 @@ func (c *Config) checkRoute(path string, r *Route) Errors {
 	errs = append(errs, c.checkManager(path+".manager", &r.Manager)...)
 	switch r.Kind {
 	case RoutePoll, RouteWrite:
-		dev := c.Devices[r.Device]
-		if r.Device == "" {
-			add(path, "device is required for a %s route", r.Kind)
-		} else if dev == nil {
-			add(path+".device", "unknown device %q (defined: %s)", r.Device, strings.Join(sortedKeys(c.Devices), ", "))
-		}
-		if r.Kind == RoutePoll {
-			if r.Publish != "on_change" && r.Publish != "every_poll" {
-				add(path+".publish", "publish %q: want on_change or every_poll", r.Publish)
-			}
-			for i, g := range r.Groups {
-				if dev != nil && !slices.ContainsFunc(dev.Groups, func(pg *PollGroup) bool { return pg != nil && pg.Name == g }) {
-					add(fmt.Sprintf("%s.groups[%d]", path, i), "device %q has no group %q", r.Device, g)
-				}
-			}
-		} else {
-			if r.RequestTopic == "" {
-				add(path, "request_topic is required for a write route")
-			}
-			if r.ReplyTopic == "" {
-				add(path, "reply_topic is required for a write route")
-			}
-			if r.MaxAge <= 0 {
-				add(path+".max_age", "max_age %s: want a duration above 0", r.MaxAge.D())
-			}
-		}
-
+		errs = append(errs, c.checkDeviceRoute(path, r)...)
 	case RouteBridge:
-		if r.Remote == "" {
-			add(path, "remote is required for a bridge route: the remote broker")
-		} else if c.Brokers[r.Remote] == nil {
-			add(path+".remote", "unknown broker %q (defined: %s)", r.Remote, strings.Join(sortedKeys(c.Brokers), ", "))
-		} else if r.Remote == r.Broker {
-			add(path+".remote", "remote and broker are both %q: a bridge joins two brokers", r.Remote)
-		}
-		if len(r.Topics) == 0 {
-			add(path, "topics is required for a bridge route")
-		}
-		for i, m := range r.Topics {
-			mp := fmt.Sprintf("%s.topics[%d]", path, i)
-			if m == nil {
-				add(mp, "empty topic mapping")
-				continue
-			}
-			if m.From == "" {
-				add(mp, "from is required")
-			}
-			if m.Direction != "in" && m.Direction != "out" {
-				add(mp+".direction", "direction %q: want in (remote to local) or out", m.Direction)
-			}
-			if m.QoS < 0 || m.QoS > 2 {
-				add(mp+".qos", "qos %d: want 0, 1 or 2", m.QoS)
-			}
-		}
+		errs = append(errs, c.checkBridgeRoute(path, r)...)
 	case "":
 		add(path, "kind is required: poll, write or bridge")
 	default:
@@ -432,6 +383,75 @@ func (c *Config) checkRoute(path string, r *Route) Errors {
 	for _, k := range []string{"max_age", "clock_skew"} {
 		if r.Kind != RouteWrite && c.written(path+"."+k) {
 			add(path+"."+k, "%s applies to write routes only", k)
+		}
+	}
+	return errs
+}
+
+// checkDeviceRoute checks the keys of a poll or write route r at path: its
+// device, and a poll route's publish and groups or a write route's topics
+// and max_age.
+func (c *Config) checkDeviceRoute(path string, r *Route) Errors {
+	var errs Errors
+	add := func(p, format string, args ...any) { errs = append(errs, c.errAt(p, format, args...)) }
+	dev := c.Devices[r.Device]
+	if r.Device == "" {
+		add(path, "device is required for a %s route", r.Kind)
+	} else if dev == nil {
+		add(path+".device", "unknown device %q (defined: %s)", r.Device, strings.Join(sortedKeys(c.Devices), ", "))
+	}
+	if r.Kind == RoutePoll {
+		if r.Publish != "on_change" && r.Publish != "every_poll" {
+			add(path+".publish", "publish %q: want on_change or every_poll", r.Publish)
+		}
+		for i, g := range r.Groups {
+			if dev != nil && !slices.ContainsFunc(dev.Groups, func(pg *PollGroup) bool { return pg != nil && pg.Name == g }) {
+				add(fmt.Sprintf("%s.groups[%d]", path, i), "device %q has no group %q", r.Device, g)
+			}
+		}
+		return errs
+	}
+	if r.RequestTopic == "" {
+		add(path, "request_topic is required for a write route")
+	}
+	if r.ReplyTopic == "" {
+		add(path, "reply_topic is required for a write route")
+	}
+	if r.MaxAge <= 0 {
+		add(path+".max_age", "max_age %s: want a duration above 0", r.MaxAge.D())
+	}
+	return errs
+}
+
+// checkBridgeRoute checks the keys of a bridge route r at path: its remote
+// broker and its topic mappings.
+func (c *Config) checkBridgeRoute(path string, r *Route) Errors {
+	var errs Errors
+	add := func(p, format string, args ...any) { errs = append(errs, c.errAt(p, format, args...)) }
+	if r.Remote == "" {
+		add(path, "remote is required for a bridge route: the remote broker")
+	} else if c.Brokers[r.Remote] == nil {
+		add(path+".remote", "unknown broker %q (defined: %s)", r.Remote, strings.Join(sortedKeys(c.Brokers), ", "))
+	} else if r.Remote == r.Broker {
+		add(path+".remote", "remote and broker are both %q: a bridge joins two brokers", r.Remote)
+	}
+	if len(r.Topics) == 0 {
+		add(path, "topics is required for a bridge route")
+	}
+	for i, m := range r.Topics {
+		mp := fmt.Sprintf("%s.topics[%d]", path, i)
+		if m == nil {
+			add(mp, "empty topic mapping")
+			continue
+		}
+		if m.From == "" {
+			add(mp, "from is required")
+		}
+		if m.Direction != "in" && m.Direction != "out" {
+			add(mp+".direction", "direction %q: want in (remote to local) or out", m.Direction)
+		}
+		if m.QoS < 0 || m.QoS > 2 {
+			add(mp+".qos", "qos %d: want 0, 1 or 2", m.QoS)
 		}
 	}
 	return errs
