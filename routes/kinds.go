@@ -57,9 +57,11 @@ var (
 	kindsReg = map[string]*DeviceKind{}
 )
 
-// RegisterKind makes a device kind known to the configuration; transport
-// packages call it from init. Registering a kind twice, or one without a
-// name or endpoint, panics: it is a programming error.
+// RegisterKind makes a device kind known to the configuration. A transport
+// package does not call it itself: transports.RegisterDevice does, with the
+// kind's transport, so that every kind the configuration knows can be
+// built. Registering a kind twice, or one without a name or endpoint,
+// panics: it is a programming error.
 func RegisterKind(k DeviceKind) {
 	if k.Name == "" || k.Endpoint == nil {
 		panic(fmt.Sprintf("routes: device kind %q registered without a name or endpoint", k.Name))

@@ -130,11 +130,15 @@ func Register(kind string, f Factory) {
 	registry[kind] = f
 }
 
-// RegisterDevice registers a device transport of kind, built by build
-// from its *routes.Device; any other configuration is refused with
-// errs.Config naming the transport.
-func RegisterDevice[T Transport](kind string, errs DeviceErrors, build func(name string, dev *routes.Device) (T, error)) {
-	Register(kind, func(name string, cfg any) (Transport, error) {
+// RegisterDevice is a device kind's one registration, from its package's
+// init: kind, its configuration, goes to routes.RegisterKind (decoding,
+// validation, endpoints), and build, its transport built from a
+// *routes.Device, to this package's registry under kind.Name, so the two
+// can never name different kinds. Any configuration other than a
+// *routes.Device is refused with errs.Config naming the transport.
+func RegisterDevice[T Transport](kind routes.DeviceKind, errs DeviceErrors, build func(name string, dev *routes.Device) (T, error)) {
+	routes.RegisterKind(kind)
+	Register(kind.Name, func(name string, cfg any) (Transport, error) {
 		dev, ok := cfg.(*routes.Device)
 		if !ok {
 			return nil, fmt.Errorf("%w: transport %q: configuration is %T, want *routes.Device", errs.Config, name, cfg)

@@ -47,12 +47,17 @@ func TestRegistry(t *testing.T) {
 // a nil Transport, not one holding a nil pointer.
 func TestRegisterDevice(t *testing.T) {
 	errs := transports.NewDeviceErrors("testdev")
-	transports.RegisterDevice("test-dev", errs, func(name string, dev *routes.Device) (*nop, error) {
+	kind := routes.DeviceKind{Name: "test-dev", Endpoint: func(d *routes.Device) (routes.Endpoint, error) { return routes.Endpoint{}, nil }}
+	transports.RegisterDevice(kind, errs, func(name string, dev *routes.Device) (*nop, error) {
 		if dev.Address == "" {
 			return nil, fmt.Errorf("%w: device %q: address is required", errs.Config, name)
 		}
 		return &nop{name: name}, nil
 	})
+	// One registration: the configuration knows the kind too.
+	if routes.LookupKind("test-dev") == nil {
+		t.Fatal("RegisterDevice did not register the kind with routes")
+	}
 	if tr, err := transports.New("test-dev", "d", &routes.Device{Address: "h"}); err != nil || tr.Name() != "d" {
 		t.Fatalf("New: %v %v", tr, err)
 	}

@@ -1,7 +1,8 @@
-// Package all links every transport kind into a binary: each blank import
-// registers its kind with transports (the connection) and, for a device
-// kind, with routes (its configuration). A new kind is one package and one
-// line here (docs/adding-a-transport.md).
+// Package all links every device kind into a binary: each blank import
+// registers its kinds with one transports.RegisterDevice call apiece, which
+// gives routes the configuration and transports the connection. A new kind
+// is one package and one line here (docs/adding-a-transport.md). The MQTT
+// transport is no kind: failover builds brokers with mqtt.New.
 package all
 
 import (

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/leasebridge/leasebridge/routes"
+	"github.com/leasebridge/leasebridge/transports"
 )
 
 // The device kinds this package registers.
@@ -92,7 +93,7 @@ func init() {
 		k.GroupSettings = func() any { return &GroupConfig{} }
 		k.TagSettings = func() any { return &TagConfig{} }
 		k.Defaults, k.Check, k.CheckTag = defaults, checkDevice, checkTag
-		routes.RegisterKind(k)
+		transports.RegisterDevice(k, errs, New)
 	}
 }
 

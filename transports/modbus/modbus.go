@@ -52,11 +52,6 @@ var (
 	ErrException = errors.New("modbus: exception")
 )
 
-func init() {
-	transports.RegisterDevice(KindTCP, errs, New)
-	transports.RegisterDevice(KindRTU, errs, New)
-}
-
 // ExceptionError is a Modbus exception reply. The device answered, so the
 // connection stays open.
 type ExceptionError struct {

@@ -41,7 +41,7 @@ type Config struct {
 }
 
 func init() {
-	routes.RegisterKind(routes.DeviceKind{
+	transports.RegisterDevice(routes.DeviceKind{
 		Name:      Kind,
 		Settings:  func() any { return &Config{} },
 		Subscribe: true,
@@ -50,8 +50,7 @@ func init() {
 		CheckTag:  checkTag,
 		Endpoint:  endpoint,
 		Doc:       "An OPC UA server: `address` is an opc.tcp:// endpoint.",
-	})
-	transports.RegisterDevice(Kind, errs, New)
+	}, errs, New)
 }
 
 // settings is the device's Config; a Device built in code may carry none,

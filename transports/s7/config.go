@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/leasebridge/leasebridge/routes"
+	"github.com/leasebridge/leasebridge/transports"
 )
 
 // Kind is the device kind this package registers.
@@ -27,7 +28,7 @@ type Config struct {
 }
 
 func init() {
-	routes.RegisterKind(routes.DeviceKind{
+	transports.RegisterDevice(routes.DeviceKind{
 		Name:     Kind,
 		Settings: func() any { return &Config{} },
 		Check:    checkDevice,
@@ -35,7 +36,7 @@ func init() {
 		WholeTag: true,
 		Endpoint: endpoint,
 		Doc:      "A Siemens S7 PLC over ISO-on-TCP: `address` is host:port (port " + DefaultPort + " when omitted); tag addresses are TIA addresses such as DB1.DBW10.",
-	})
+	}, errs, New)
 }
 
 // settings is the device's Config; a Device built in code may carry none,

@@ -55,8 +55,6 @@ var (
 	ErrLibrary = errors.New("s7: unsupported gos7 version")
 )
 
-func init() { transports.RegisterDevice(Kind, errs, New) }
-
 // ItemError is a data item the PLC answered with an error return code. The
 // PLC answered, so the connection stays open.
 type ItemError struct {
