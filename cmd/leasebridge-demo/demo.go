@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/leasebridge/leasebridge/admission"
 	"github.com/leasebridge/leasebridge/failover"
+	"github.com/leasebridge/leasebridge/internal/bridgewatch"
 	"github.com/leasebridge/leasebridge/internal/embedbroker"
 	"github.com/leasebridge/leasebridge/internal/plcsim"
 	"github.com/leasebridge/leasebridge/lease/etcdembed"
@@ -431,57 +431,19 @@ func (ps *payloads) waitEpoch(ctx context.Context, after uint64, limit time.Dura
 // its session not owned: a standby watching the row.
 func waitStandby(ctx context.Context, procs []*bridgeProc, owner *bridgeProc, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
-	client := &http.Client{Timeout: time.Second}
 	for _, p := range procs {
-		for p != owner {
-			if st, err := sessions(client, p); err == nil && len(st) == 1 && !st[0].Owner {
-				break
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("%s is not a standby within %s", p.name, admission.FormatSeconds(limit))
-			}
-			select {
-			case <-ctx.Done():
-				return context.Cause(ctx)
-			case <-time.After(50 * time.Millisecond):
-			}
+		if p == owner {
+			continue
+		}
+		if err := bridgewatch.WaitStandby(ctx, p.http, time.Until(deadline)); err != nil {
+			return fmt.Errorf("%s: %w", p.name, err)
 		}
 	}
 	return nil
 }
 
-// sessions reads a bridge's per-session status from /sessions.
-func sessions(client *http.Client, p *bridgeProc) ([]failover.SessionStatus, error) {
-	resp, err := client.Get("http://" + p.http + "/sessions")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	var st []failover.SessionStatus
-	err = json.NewDecoder(resp.Body).Decode(&st)
-	return st, err
-}
-
-// waitOwner polls the bridges' /sessions until one other than skip owns the
-// session at ServiceLevelFull.
+// waitOwner waits until a bridge other than skip owns its one session at
+// ServiceLevelFull.
 func waitOwner(ctx context.Context, procs []*bridgeProc, skip *bridgeProc, limit time.Duration) (*bridgeProc, failover.SessionStatus, error) {
-	deadline := time.Now().Add(limit)
-	client := &http.Client{Timeout: time.Second}
-	for time.Now().Before(deadline) {
-		for _, p := range procs {
-			if p == skip {
-				continue
-			}
-			st, err := sessions(client, p)
-			if err == nil && len(st) == 1 && st[0].Owner && st[0].ServiceLevelFull {
-				return p, st[0], nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return nil, failover.SessionStatus{}, context.Cause(ctx)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	return nil, failover.SessionStatus{}, fmt.Errorf("no bridge reached ServiceLevelFull within %s", limit)
+	return bridgewatch.WaitOwner(ctx, procs, func(p *bridgeProc) string { return p.http }, skip, limit)
 }
