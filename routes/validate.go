@@ -372,9 +372,9 @@ func (c *Config) checkRoute(path string, r *Route) Errors {
 	errs = append(errs, c.checkManager(path+".manager", &r.Manager)...)
 	switch r.Kind {
 	case RoutePoll, RouteWrite:
-		errs = append(errs, c.checkDeviceRoute(path, r)...)
+		c.checkDeviceRoute(path, r, add)
 	case RouteBridge:
-		errs = append(errs, c.checkBridgeRoute(path, r)...)
+		c.checkBridgeRoute(path, r, add)
 	case "":
 		add(path, "kind is required: poll, write or bridge")
 	default:
@@ -388,12 +388,10 @@ func (c *Config) checkRoute(path string, r *Route) Errors {
 	return errs
 }
 
-// checkDeviceRoute checks the keys of a poll or write route r at path: its
-// device, and a poll route's publish and groups or a write route's topics
-// and max_age.
-func (c *Config) checkDeviceRoute(path string, r *Route) Errors {
-	var errs Errors
-	add := func(p, format string, args ...any) { errs = append(errs, c.errAt(p, format, args...)) }
+// checkDeviceRoute checks the keys of a poll or write route r at path, and
+// adds what it finds: its device, and a poll route's publish and groups or
+// a write route's topics and max_age.
+func (c *Config) checkDeviceRoute(path string, r *Route, add func(p, format string, args ...any)) {
 	dev := c.Devices[r.Device]
 	if r.Device == "" {
 		add(path, "device is required for a %s route", r.Kind)
@@ -409,7 +407,7 @@ func (c *Config) checkDeviceRoute(path string, r *Route) Errors {
 				add(fmt.Sprintf("%s.groups[%d]", path, i), "device %q has no group %q", r.Device, g)
 			}
 		}
-		return errs
+		return
 	}
 	if r.RequestTopic == "" {
 		add(path, "request_topic is required for a write route")
@@ -420,14 +418,11 @@ func (c *Config) checkDeviceRoute(path string, r *Route) Errors {
 	if r.MaxAge <= 0 {
 		add(path+".max_age", "max_age %s: want a duration above 0", r.MaxAge.D())
 	}
-	return errs
 }
 
-// checkBridgeRoute checks the keys of a bridge route r at path: its remote
-// broker and its topic mappings.
-func (c *Config) checkBridgeRoute(path string, r *Route) Errors {
-	var errs Errors
-	add := func(p, format string, args ...any) { errs = append(errs, c.errAt(p, format, args...)) }
+// checkBridgeRoute checks the keys of a bridge route r at path, and adds
+// what it finds: its remote broker and its topic mappings.
+func (c *Config) checkBridgeRoute(path string, r *Route, add func(p, format string, args ...any)) {
 	if r.Remote == "" {
 		add(path, "remote is required for a bridge route: the remote broker")
 	} else if c.Brokers[r.Remote] == nil {
@@ -454,5 +449,4 @@ func (c *Config) checkBridgeRoute(path string, r *Route) Errors {
 			add(mp+".qos", "qos %d: want 0, 1 or 2", m.QoS)
 		}
 	}
-	return errs
 }

@@ -15,57 +15,52 @@ import (
 	"time"
 )
 
-var (
+// binary is one command of this tree, built once per test process.
+type binary struct {
 	once sync.Once
 	path string
 	err  error
-)
+}
+
+var bridge, demo binary
+
+// build builds the command pkg into dir()/name on first use and returns
+// its path.
+func (b *binary) build(tb testing.TB, dir func() (string, error), name, pkg string) string {
+	tb.Helper()
+	b.once.Do(func() {
+		d, err := dir()
+		if err != nil {
+			b.err = err
+			return
+		}
+		b.path = filepath.Join(d, name)
+		if out, err := exec.Command("go", "build", "-o", b.path, pkg).CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go build %s: %w\n%s", pkg, err, out)
+		}
+	})
+	if b.err != nil {
+		tb.Fatal(b.err)
+	}
+	return b.path
+}
 
 // Leasebridge returns the path of a leasebridge binary built from this
 // tree, building it on first use.
 func Leasebridge(tb testing.TB) string {
 	tb.Helper()
-	once.Do(func() {
-		dir, derr := os.MkdirTemp("", "leasebridge-bin-")
-		if derr != nil {
-			err = derr
-			return
-		}
-		path = filepath.Join(dir, "leasebridge")
-		out, berr := exec.Command("go", "build", "-o", path, "github.com/leasebridge/leasebridge/cmd/leasebridge").CombinedOutput()
-		if berr != nil {
-			err = fmt.Errorf("go build: %w\n%s", berr, out)
-		}
-	})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return path
+	return bridge.build(tb, func() (string, error) { return os.MkdirTemp("", "leasebridge-bin-") },
+		"leasebridge", "github.com/leasebridge/leasebridge/cmd/leasebridge")
 }
-
-var (
-	demoOnce sync.Once
-	demoPath string
-	demoErr  error
-)
 
 // Demo returns the path of a leasebridge-demo binary built from this tree
 // into the directory of Leasebridge's binary, where the demo finds the
 // bridge it runs (as scripts/demo builds them), building it on first use.
 func Demo(tb testing.TB) string {
 	tb.Helper()
-	bridge := Leasebridge(tb)
-	demoOnce.Do(func() {
-		demoPath = filepath.Join(filepath.Dir(bridge), "leasebridge-demo")
-		out, berr := exec.Command("go", "build", "-o", demoPath, "github.com/leasebridge/leasebridge/cmd/leasebridge-demo").CombinedOutput()
-		if berr != nil {
-			demoErr = fmt.Errorf("go build: %w\n%s", berr, out)
-		}
-	})
-	if demoErr != nil {
-		tb.Fatal(demoErr)
-	}
-	return demoPath
+	dir := filepath.Dir(Leasebridge(tb))
+	return demo.build(tb, func() (string, error) { return dir, nil },
+		"leasebridge-demo", "github.com/leasebridge/leasebridge/cmd/leasebridge-demo")
 }
 
 // FreeAddr returns a loopback host:port that was free a moment ago.
