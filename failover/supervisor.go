@@ -262,7 +262,7 @@ func (sv *Supervisor) requestStepDown(s *session, st transports.State) {
 	})
 }
 
-// runStepDown is the broker-path step-down of DESIGN.md: bounded source
+// runStepDown is the broker-path step-down (docs/failover-budget.md): bounded source
 // close, bounded lease release (each min(5s, step_down_grace)), settlement
 // grace, then every other session releases too.
 func (sv *Supervisor) runStepDown(req stepDownRequest) {

@@ -113,10 +113,6 @@ func TestExecutableMagic(t *testing.T) {
 // or a document once cited; a reader of the repository cannot open them.
 var citesOutside = []string{"DESIGN.md", "../shared"}
 
-// citesOutsidePending are the trees another change still rewrites
-// (failover/supervisor.go cites DESIGN.md); empty it when that lands.
-var citesOutsidePending = []string{"failover/"}
-
 // Comments and documents cite only files inside the repository.
 func TestNoCitationOutsideRepository(t *testing.T) {
 	root := repoRoot(t)
@@ -124,7 +120,7 @@ func TestNoCitationOutsideRepository(t *testing.T) {
 		if !strings.HasSuffix(f, ".go") && !strings.HasSuffix(f, ".md") && !strings.HasSuffix(f, ".tmpl") {
 			continue
 		}
-		if f == "internal/archtest/hygiene_test.go" || pending(f, citesOutsidePending) {
+		if f == "internal/archtest/hygiene_test.go" {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join(root, f))
@@ -139,14 +135,4 @@ func TestNoCitationOutsideRepository(t *testing.T) {
 			}
 		}
 	}
-}
-
-// pending says whether f lies under one of the trees in prefixes.
-func pending(f string, prefixes []string) bool {
-	for _, p := range prefixes {
-		if strings.HasPrefix(f, p) {
-			return true
-		}
-	}
-	return false
 }
