@@ -41,6 +41,16 @@ type Counters interface {
 	// TrackBridge counts b's messages from now on; the returned function
 	// is called once b stopped.
 	TrackBridge(b *mqtt.Bridge) (stopped func())
+	// Values are the poll route's counts of values read from its device
+	// and of values its local broker accepted; a poller looks them up
+	// once, not per value, because a lookup by labels per value would
+	// cost the data plane throughput.
+	Values(route string) (polled, published Counter)
+}
+
+// Counter is one monotonic count; a prometheus.Counter is one.
+type Counter interface {
+	Add(float64)
 }
 
 // DeviceHealth hears every attempt to reach a device: err nil means it
@@ -119,6 +129,7 @@ func (t *Term) startPollers(ctx context.Context, guard Guard, wg *sync.WaitGroup
 			continue
 		}
 		route := r
+		polled, published := t.spec.Env.Values(r.Name)
 		var once sync.Once
 		onGood := func() { once.Do(func() { t.spec.Env.Published(route.Name) }) }
 		for _, g := range t.spec.Config.Devices[r.Device].Groups {
@@ -126,7 +137,8 @@ func (t *Term) startPollers(ctx context.Context, guard Guard, wg *sync.WaitGroup
 				continue
 			}
 			p := &poller{t: t, route: r, group: g, dev: dev, local: t.Brokers[r.Broker],
-				last: map[string]transports.Value{}, band: map[string]float64{}, onGood: onGood, failing: map[string]bool{}, topics: map[string]string{}}
+				last: map[string]transports.Value{}, band: map[string]float64{}, onGood: onGood, failing: map[string]bool{}, topics: map[string]string{},
+				polled: polled, published: published}
 			for _, tag := range g.Tags {
 				p.band[tag.Name] = tag.Deadband
 			}

@@ -38,6 +38,10 @@ type routeHarness struct {
 	mu      sync.Mutex
 	values  map[string]mqtt.ValueMessage
 	replies map[string]dataplane.WriteReply
+	// delivered counts the values the broker delivered on v/#; reg is
+	// the bridge's registry.
+	delivered int
+	reg       *prometheus.Registry
 }
 
 func startRoutes(t *testing.T, cfgTemplate string, args ...any) (*routeHarness, *failover.Supervisor) {
@@ -54,12 +58,13 @@ func startRoutes(t *testing.T, cfgTemplate string, args ...any) (*routeHarness, 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = b.Close() })
-	h := &routeHarness{broker: b, values: map[string]mqtt.ValueMessage{}, replies: map[string]dataplane.WriteReply{}}
+	h := &routeHarness{broker: b, values: map[string]mqtt.ValueMessage{}, replies: map[string]dataplane.WriteReply{}, reg: prometheus.NewRegistry()}
 	if err := b.Server.Subscribe("v/#", 1, func(_ *mochi.Client, _ packets.Subscription, pk packets.Packet) {
 		var v mqtt.ValueMessage
 		if json.Unmarshal(pk.Payload, &v) == nil {
 			h.mu.Lock()
 			h.values[pk.TopicName] = v
+			h.delivered++
 			h.mu.Unlock()
 		}
 	}); err != nil {
@@ -87,7 +92,7 @@ func startRoutes(t *testing.T, cfgTemplate string, args ...any) (*routeHarness, 
 	}
 	t.Cleanup(func() { _ = store.Close() })
 	sv, err := failover.New(failover.Options{Config: cfg, Reports: reports, Store: store, Identity: lease.NewIdentity("n"),
-		Node: "n", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: failover.NewMetrics(prometheus.NewRegistry())})
+		Node: "n", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: failover.NewMetrics(h.reg)})
 	if err != nil {
 		t.Fatal(err)
 	}

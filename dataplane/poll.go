@@ -33,6 +33,8 @@ type poller struct {
 	topics map[string]string
 	// kick polls at once (set by start).
 	kick func()
+	// polled and published count the route's values (Counters.Values).
+	polled, published Counter
 }
 
 // topic returns the tag's topic.
@@ -136,14 +138,18 @@ func (p *poller) once(ctx context.Context) {
 	}
 	p.report("poll", err)
 	env.Device(p.route.Device, err, time.Now())
-	if err != nil {
+	if err == nil {
+		p.polled.Add(float64(len(vals)))
+	} else {
 		env.TransportError(p.dev.Name(), "poll")
 		// The device is gone: every tag of the group is published as bad
 		// on every failed poll (docs/mqtt.md), so consumers see the outage.
 		vals = p.badValues(vals, err)
 	}
-	good := false
+	good, sent := false, 0
 	var pubErr error
+	// Counted once per poll: one atomic add, whatever the group's size.
+	defer func() { p.published.Add(float64(sent)) }()
 	for _, v := range vals {
 		if !p.changed(v) && err == nil {
 			if v.Quality == transports.Good {
@@ -160,6 +166,7 @@ func (p *poller) once(ctx context.Context) {
 			delete(p.last, v.Tag) // publish it again next time
 			continue
 		}
+		sent++
 		if v.Quality == transports.Good {
 			good = true
 		}

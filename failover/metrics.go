@@ -5,6 +5,7 @@ import (
 
 	"github.com/leasebridge/leasebridge/dataplane"
 	"github.com/leasebridge/leasebridge/lease"
+	"github.com/leasebridge/leasebridge/routes"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -61,6 +62,11 @@ type Metrics struct {
 	TopologySuspect *prometheus.GaugeVec
 	// Bridges exports the bridge routes' forwarded and dropped messages.
 	Bridges *dataplane.BridgeCounters
+	// ValuesPolled counts the values poll routes read from their devices.
+	ValuesPolled *prometheus.CounterVec
+	// ValuesPublished counts the values poll routes published to their
+	// local brokers.
+	ValuesPublished *prometheus.CounterVec
 }
 
 // States a session reports in leasebridge_session_state.
@@ -95,13 +101,33 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		BuildInfo:       gaugeVec("leasebridge_build_info", "1, labelled with the binary's module version, VCS revision, dirty flag and Go version (as `leasebridge version` prints).", buildinfo.LabelNames...),
 		TopologySuspect: gaugeVec("leasebridge_broker_topology_suspect", "1 while this standby of a session with a bridge route has stood by longer than the owner-death budget and its local broker carries no active status from another node: the owner uses another broker (docs/bridged-data.md).", "session"),
 		Bridges:         dataplane.NewBridgeCounters(),
+		ValuesPolled:    counterVec("leasebridge_values_polled_total", "Values a poll route read from its device: every tag of every successful poll.", "session", "route"),
+		ValuesPublished: counterVec("leasebridge_values_published_total", "Values a poll route published and its local broker accepted: with publish: on_change only the changes, and after a failed poll every tag of the group as bad.", "session", "route"),
 		SessionUnowned:  gaugeVec("leasebridge_session_unowned", "1 while no node owns the session as this node observes its lease row (released, or unchanged for its owner's lease_ttl); with fleet rows only.", "session"),
 	}
 	m.BuildInfo.WithLabelValues(buildinfo.Read().Labels()...).Set(1)
 	reg.MustRegister(m.Bridges, m.FailureToFull, m.State, m.Epoch, m.RenewFailures, m.StepDowns, m.Budget, m.TransportErrors, m.Takeovers,
 		m.ClaimConflicts, m.TimingMismatch, m.TimingMismatches, m.StoreUp, m.WriteRequests,
-		m.DeviceUp, m.DeviceLastGood, m.DeviceStepDowns, m.BuildInfo, m.TopologySuspect, m.SessionUnowned)
+		m.DeviceUp, m.DeviceLastGood, m.DeviceStepDowns, m.BuildInfo, m.TopologySuspect, m.SessionUnowned,
+		m.ValuesPolled, m.ValuesPublished)
 	return m
+}
+
+// declare makes a session's counters exist at zero from the start, so a
+// dashboard or an alert sees 0 rather than no series before the first
+// failure, takeover or value.
+func (m *Metrics) declare(session string, rs []*routes.Route) {
+	m.RenewFailures.WithLabelValues(session).Add(0)
+	m.StepDowns.WithLabelValues(session).Add(0)
+	m.DeviceStepDowns.WithLabelValues(session).Add(0)
+	m.Takeovers.WithLabelValues(session).Add(0)
+	m.Bridges.DeclareRoutes(session, rs)
+	for _, r := range rs {
+		if r.Kind == routes.RoutePoll {
+			m.ValuesPolled.WithLabelValues(session, r.Name).Add(0)
+			m.ValuesPublished.WithLabelValues(session, r.Name).Add(0)
+		}
+	}
 }
 
 // setState marks one state of a session as current.

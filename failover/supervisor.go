@@ -150,7 +150,7 @@ func New(o Options) (*Supervisor, error) {
 		s.setConflict("")
 		o.Metrics.TimingMismatch.WithLabelValues(rep.Session).Set(0)
 		o.Metrics.TimingMismatches.WithLabelValues(rep.Session).Add(0)
-		o.Metrics.Bridges.DeclareRoutes(s.name, s.routes)
+		o.Metrics.declare(s.name, s.routes)
 		o.Metrics.Budget.WithLabelValues(rep.Session, "owner_death").Set(rep.OwnerDeath.Total.Seconds())
 		if rep.BrokerPath != nil {
 			o.Metrics.Budget.WithLabelValues(rep.Session, "broker_path").Set(rep.BrokerPath.Total.Seconds())

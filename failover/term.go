@@ -86,6 +86,12 @@ func (t *term) TrackBridge(b *mqtt.Bridge) func() {
 	return t.s.sup.o.Metrics.Bridges.Track(t.s.name, b)
 }
 
+// Values implements dataplane.Counters.
+func (t *term) Values(route string) (polled, published dataplane.Counter) {
+	m := t.s.sup.o.Metrics
+	return m.ValuesPolled.WithLabelValues(t.s.name, route), m.ValuesPublished.WithLabelValues(t.s.name, route)
+}
+
 // Device implements dataplane.DeviceHealth.
 func (t *term) Device(name string, err error, now time.Time) { t.h.device(name, err, now) }
 

@@ -33,6 +33,8 @@ func metricsTable() (string, error) {
 	m.DeviceStepDowns.WithLabelValues("s").Add(0)
 	m.Bridges.Declare("s", "r")
 	m.TopologySuspect.WithLabelValues("s").Set(0)
+	m.ValuesPolled.WithLabelValues("s", "r").Add(0)
+	m.ValuesPublished.WithLabelValues("s", "r").Add(0)
 	families, err := reg.Gather()
 	if err != nil {
 		return "", err
