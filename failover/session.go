@@ -45,6 +45,7 @@ type session struct {
 	stopTerm chan struct{}  // closed to end the current term gracefully
 	termDone chan struct{}  // closed when the current term has closed
 	lastFull time.Duration  // last FailureToFullDuration, for tests and logs
+	last     lastFailover   // the last takeover's cause and budget
 	mgr      *lease.Manager // replaced after a device-path cooldown
 	health   *pathHealth    // the current ownership's; nil on a standby
 	cooling  bool           // a device-path release ended the manager
@@ -427,16 +428,18 @@ func (t *term) publishStatus(ctx context.Context, state string, full bool, log *
 	}
 }
 
+// lastFailover is what /sessions shows beside the last
+// FailureToFullDuration: its cause and the admitted budget of that
+// failure mode.
+type lastFailover struct {
+	cause  string
+	budget time.Duration
+}
+
 // reachedFull records the term's ServiceLevelFull: FailureToFullDuration,
 // the serving state and status.
 func (s *session) reachedFull(ctx context.Context, t *term, ev lease.Event, log *slog.Logger) {
 	d, cause := failureToFull(ev, time.Now())
-	s.mu.Lock()
-	s.lastFull = d
-	s.mu.Unlock()
-	s.full.Store(true)
-	s.setState("serving")
-	s.sup.o.Metrics.observeFailureToFull(s.name, cause, d)
 	budget := s.report.OwnerDeath
 	switch {
 	case cause == CauseBrokerPath && s.report.BrokerPath != nil:
@@ -444,6 +447,12 @@ func (s *session) reachedFull(ctx context.Context, t *term, ev lease.Event, log 
 	case cause == CauseDevicePath && s.report.DevicePath != nil:
 		budget = *s.report.DevicePath
 	}
+	s.mu.Lock()
+	s.lastFull, s.last = d, lastFailover{cause: cause, budget: budget.Total}
+	s.mu.Unlock()
+	s.full.Store(true)
+	s.setState("serving")
+	s.sup.o.Metrics.observeFailureToFull(s.name, cause, d)
 	log.Info("ServiceLevelFull", "failure_to_full", d.String(), "failure_to_full_ns", int64(d), "cause", cause,
 		"budget", admission.FormatSeconds(budget.Total), "within_budget", d <= budget.Total)
 	t.publishStatus(ctx, mqtt.StateServing, true, log)

@@ -340,6 +340,11 @@ type SessionStatus struct {
 	ServiceLevelFull bool `json:"service_level_full"`
 	// FailureToFullNS is the last takeover's FailureToFullDuration.
 	FailureToFullNS int64 `json:"failure_to_full_ns,omitempty"`
+	// FailureToFullCause is that takeover's cause (the cause label of
+	// leasebridge_failure_to_full_seconds) and FailureToFullBudgetNS the
+	// admitted budget of its failure mode.
+	FailureToFullCause    string `json:"failure_to_full_cause,omitempty"`
+	FailureToFullBudgetNS int64  `json:"failure_to_full_budget_ns,omitempty"`
 	// OwnerDeathBudgetNS is the admitted owner-death budget.
 	OwnerDeathBudgetNS int64 `json:"owner_death_budget_ns"`
 	// EndpointConflict names the claim of another key_prefix or session
@@ -362,12 +367,13 @@ func (sv *Supervisor) Status() []SessionStatus {
 	out := make([]SessionStatus, 0, len(sv.sessions))
 	for _, s := range sv.sessions {
 		s.mu.Lock()
-		last, mismatch, h := s.lastFull, s.timing.current, s.health
+		last, lf, mismatch, h := s.lastFull, s.last, s.timing.current, s.health
 		s.mu.Unlock()
 		conflict, _ := s.conflict.Load().(string)
 		st := SessionStatus{Session: s.name, State: s.State(), Owner: s.owned.Load(),
 			ServiceLevelFull: s.full.Load(), FailureToFullNS: int64(last), OwnerDeathBudgetNS: int64(s.report.OwnerDeath.Total),
-			EndpointConflict: conflict, TimingMismatch: mismatch, BrokerTopologySuspect: sv.topology.why(s.name)}
+			EndpointConflict: conflict, TimingMismatch: mismatch, BrokerTopologySuspect: sv.topology.why(s.name),
+			FailureToFullCause: lf.cause, FailureToFullBudgetNS: int64(lf.budget)}
 		if h != nil {
 			st.Devices = h.status()
 		}
@@ -396,6 +402,9 @@ func (sv *Supervisor) NotReady() []string {
 	}
 	return why
 }
+
+// Node is this process's node name.
+func (sv *Supervisor) Node() string { return sv.o.Node }
 
 // StoreUp reports whether the lease store answered the last probe.
 func (sv *Supervisor) StoreUp() bool { return sv.health.up.Load() }

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/leasebridge/leasebridge/cmd/leasebridge/httpapi/fleetpage"
 	"github.com/leasebridge/leasebridge/failover"
 )
 
@@ -30,11 +31,11 @@ type Readiness struct {
 // Handler serves /metrics (Prometheus), /healthz (the process runs),
 // /readyz (200 when the process can do its job: lease store reachable,
 // every lease manager running, not shutting down or stepping down; 503
-// otherwise), /sessions (every session's status as a JSON array) and
-// /fleet (the fleet view read from the lease store, fleetHandler). A
-// session's service level is on /sessions and in the metrics, never in the
-// readiness: a PLC that is off must not take a sidecar's pod out of its
-// Service.
+// otherwise), /sessions (every session's status as a JSON array), /fleet
+// (the fleet view read from the lease store, fleetHandler) and / (the
+// fleet page of both, package fleetpage). A session's service level is
+// on /sessions and in the metrics, never in the readiness: a PLC that is
+// off must not take a sidecar's pod out of its Service.
 func Handler(sv *failover.Supervisor, gatherer prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
@@ -43,6 +44,7 @@ func Handler(sv *failover.Supervisor, gatherer prometheus.Gatherer) http.Handler
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /fleet", fleetHandler(sv))
+	mux.HandleFunc("GET /{$}", fleetpage.Handler(sv))
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		why := sv.NotReady()
 		body := Readiness{Ready: len(why) == 0, LeaseStoreUp: sv.StoreUp(), NotReady: why, Sessions: sv.Status()}

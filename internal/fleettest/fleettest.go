@@ -1,0 +1,295 @@
+// Package fleettest runs a small fleet of real `leasebridge run` processes
+// for tests that look at it from outside, as an operator would: the fleet
+// page in a browser (cmd/leasebridge/httpapi/fleetpage) and the Grafana
+// dashboard's queries in Prometheus (examples). The fleet is one etcd, a
+// local and a remote mosquitto, a simulated Modbus PLC, and processes that
+// share one configuration with two sessions: plc (a poll and a write
+// route) and uplink (a bridge route between the brokers).
+package fleettest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/leasebridge/leasebridge/failover"
+	"github.com/leasebridge/leasebridge/fleetview"
+	"github.com/leasebridge/leasebridge/internal/plcsim"
+	"github.com/leasebridge/leasebridge/internal/testbin"
+	"github.com/leasebridge/leasebridge/internal/testetcd"
+	"github.com/leasebridge/leasebridge/internal/testmqtt"
+	"github.com/leasebridge/leasebridge/internal/writetest"
+	"github.com/leasebridge/leasebridge/preflight"
+	"github.com/leasebridge/leasebridge/routes"
+)
+
+// The fleet's sessions, their routes and topics.
+const (
+	SessionPLC    = "plc"
+	SessionUplink = "uplink"
+	PollRoute     = "telemetry"
+	WriteRoute    = "commands"
+	BridgeRoute   = "uplink"
+	// KeyPrefix is the fleet's key_prefix.
+	KeyPrefix = "/fleettest/"
+	// bridged messages: published on the remote broker under down/, they
+	// arrive on the local one under a/down/.
+	downSource, downTarget = "down/probe", "a/down/probe"
+)
+
+// Sessions are the fleet's sessions, by name.
+var Sessions = []string{SessionPLC, SessionUplink}
+
+// Fleet is the peers the processes share.
+type Fleet struct {
+	Etcd          *testetcd.Cluster
+	Local, Remote *testmqtt.Mosquitto
+	PLC           *plcsim.PLC
+	dir           string
+	writer        *writetest.Requester
+	writes        int
+}
+
+// Start starts the peers; every one is stopped when t ends.
+func Start(t testing.TB) *Fleet {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	f := &Fleet{dir: t.TempDir(), Etcd: testetcd.StartEmbedded(t, 1),
+		Local: testmqtt.StartMosquitto(t, testmqtt.MosquittoConfig{}), Remote: testmqtt.StartMosquitto(t, testmqtt.MosquittoConfig{})}
+	plc, err := plcsim.Start(ctx, 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = plc.Close() })
+	f.PLC = plc
+	return f
+}
+
+// config is node's configuration.
+func (f *Fleet) config(node, httpAddr string) string {
+	return fmt.Sprintf(`deployment_mode: clustered
+node: %s
+http_listen: %s
+lease_store: {endpoints: [%s], key_prefix: %s}
+%sbrokers:
+  local: {url: "%s", %s}
+  cloud: {url: "%s", %s}
+devices:
+  plc:
+    kind: modbus_tcp
+    address: %s
+    connect_timeout: 500ms
+    request_timeout: 500ms
+    close_timeout: 200ms
+    groups:
+      - name: g
+        interval: 100ms
+        tags:
+          - {name: cycles, register: holding, address: 0, type: uint16}
+          - {name: setpoint, register: holding, address: 1, type: uint16, writable: true}
+routes:
+  - {name: %s, session: %s, kind: poll, device: plc, broker: local, topic: "v/{device}/{tag}"}
+  - {name: %s, session: %s, kind: write, device: plc, broker: local, request_topic: w/req, reply_topic: w/resp, qos: 1}
+  - name: %s
+    session: %s
+    kind: bridge
+    remote: cloud
+    broker: local
+    topics:
+      - {from: "down/#", to: "a/down/", direction: in, qos: 1}
+`, node, httpAddr, strings.Join(f.Etcd.Endpoints(), ", "), KeyPrefix, testbin.Manager,
+		f.Local.URL, testbin.BrokerTimings, f.Remote.URL, testbin.BrokerTimings, f.PLC.Addr(),
+		PollRoute, SessionPLC, WriteRoute, SessionPLC, BridgeRoute, SessionUplink)
+}
+
+// Budget is the largest owner-death budget admission gives the fleet's
+// sessions: a limit for waits on a takeover, never a timing assertion.
+func (f *Fleet) Budget(t testing.TB) time.Duration {
+	t.Helper()
+	cfg, err := routes.Parse("fleettest.yaml", []byte(f.config("n", "127.0.0.1:1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reps, errs := preflight.Admit(cfg, false)
+	if len(errs) > 0 || len(reps) != len(Sessions) {
+		t.Fatalf("fleettest: configuration not admitted: %v %+v", errs, reps)
+	}
+	var b time.Duration
+	for _, r := range reps {
+		if !r.Admitted() {
+			t.Fatalf("fleettest: %s refused: %v", r.Session, r.Refusals)
+		}
+		b = max(b, r.OwnerDeath.Total)
+	}
+	return b
+}
+
+// Proc is one `leasebridge run` process.
+type Proc struct {
+	// Node is its node name, HTTP its http_listen.
+	Node, HTTP string
+	cmd        *exec.Cmd
+	log        string
+	done       chan struct{}
+}
+
+// Run starts a process named node; it is killed when t ends, and its log
+// printed when t failed.
+func (f *Fleet) Run(t testing.TB, node string) *Proc {
+	t.Helper()
+	p := &Proc{Node: node, HTTP: testbin.FreeAddr(t), log: filepath.Join(f.dir, node+".log"), done: make(chan struct{})}
+	path := filepath.Join(f.dir, node+".yaml")
+	if err := os.WriteFile(path, []byte(f.config(node, p.HTTP)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logf, err := os.Create(p.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cmd = exec.Command(testbin.Leasebridge(t), "run", "-c", path)
+	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = p.cmd.Wait(); logf.Close(); close(p.done) }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			b, _ := os.ReadFile(p.log)
+			t.Logf("%s log:\n%s", node, b)
+		}
+	})
+	return p
+}
+
+// Kill SIGKILLs the process and waits for it to end.
+func (p *Proc) Kill(t testing.TB) {
+	t.Helper()
+	if err := p.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-p.done
+}
+
+// URL is the process's http_listen as a URL with path.
+func (p *Proc) URL(path string) string { return "http://" + p.HTTP + path }
+
+// getJSON decodes the JSON at path into v.
+func (p *Proc) getJSON(ctx context.Context, path string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.URL(path), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s %s: %s", p.Node, path, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// Sessions is the process's /sessions.
+func (p *Proc) Sessions(ctx context.Context) ([]failover.SessionStatus, error) {
+	var all []failover.SessionStatus
+	return all, p.getJSON(ctx, "/sessions", &all)
+}
+
+// FleetView is the process's /fleet.
+func (p *Proc) FleetView(ctx context.Context) (fleetview.Status, error) {
+	var st fleetview.Status
+	return st, p.getJSON(ctx, "/fleet", &st)
+}
+
+// Wait polls /sessions until ok accepts every session; limit is a hang
+// guard.
+func (p *Proc) Wait(t testing.TB, limit time.Duration, what string, ok func(failover.SessionStatus) bool) []failover.SessionStatus {
+	t.Helper()
+	var all []failover.SessionStatus
+	testbin.Observe(t, limit, func() (bool, string) {
+		select {
+		case <-p.done:
+			t.Fatalf("%s exited while waiting for %s", p.Node, what)
+		default:
+		}
+		var err error
+		if all, err = p.Sessions(context.Background()); err != nil {
+			return false, err.Error()
+		}
+		for _, s := range all {
+			if !ok(s) {
+				return false, fmt.Sprintf("%s: %s not %s: %+v", p.Node, s.Session, what, s)
+			}
+		}
+		return len(all) == len(Sessions), fmt.Sprintf("%s: %d sessions", p.Node, len(all))
+	})
+	return all
+}
+
+// Owning holds for an owner at ServiceLevelFull.
+func Owning(s failover.SessionStatus) bool { return s.Owner && s.ServiceLevelFull }
+
+// Standing holds for a standby.
+func Standing(s failover.SessionStatus) bool { return !s.Owner && s.State == "standby" }
+
+// Write sends one write request of the setpoint through the write route
+// and waits for its reply (any code): the owner counts its outcome.
+func (f *Fleet) Write(t testing.TB, limit time.Duration) {
+	t.Helper()
+	if f.writer == nil {
+		f.writer = writetest.New(t, f.Local.URL, "w/req", "w/resp")
+	}
+	f.writes++
+	id := fmt.Sprintf("fleettest-%d", f.writes)
+	f.writer.Send(t, id, "setpoint", f.writes, time.Now(), false)
+	f.writer.WaitReply(t, id, "", limit)
+}
+
+// Bridge publishes one message on the remote broker and waits until the
+// bridge route delivered it to the local one.
+func (f *Fleet) Bridge(t testing.TB, limit time.Duration) {
+	t.Helper()
+	got := make(chan struct{}, 1)
+	sub := connect(t, f.Local.URL, fmt.Sprintf("fleettest-sub-%d", time.Now().UnixNano()))
+	tok := sub.Subscribe(downTarget, 1, func(paho.Client, paho.Message) {
+		select {
+		case got <- struct{}{}:
+		default:
+		}
+	})
+	if !tok.WaitTimeout(limit) || tok.Error() != nil {
+		t.Fatalf("fleettest: subscribe %s: %v", downTarget, tok.Error())
+	}
+	pub := connect(t, f.Remote.URL, fmt.Sprintf("fleettest-pub-%d", time.Now().UnixNano()))
+	if tok := pub.Publish(downSource, 1, false, "probe"); !tok.WaitTimeout(limit) || tok.Error() != nil {
+		t.Fatalf("fleettest: publish %s: %v", downSource, tok.Error())
+	}
+	select {
+	case <-got:
+	case <-time.After(limit):
+		t.Fatalf("fleettest: %s did not arrive as %s within %s", downSource, downTarget, limit)
+	}
+}
+
+func connect(t testing.TB, url, id string) paho.Client {
+	t.Helper()
+	c := paho.NewClient(paho.NewClientOptions().AddBroker(url).SetClientID(id).SetCleanSession(true))
+	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("fleettest: %s connect %s: %v", id, url, tok.Error())
+	}
+	t.Cleanup(func() { c.Disconnect(100) })
+	return c
+}
