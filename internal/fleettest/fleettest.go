@@ -30,6 +30,9 @@ import (
 	"github.com/leasebridge/leasebridge/internal/writetest"
 	"github.com/leasebridge/leasebridge/preflight"
 	"github.com/leasebridge/leasebridge/routes"
+
+	// Every device kind, as the shipped binary has them.
+	_ "github.com/leasebridge/leasebridge/transports/all"
 )
 
 // The fleet's sessions, their routes and topics.

@@ -109,14 +109,19 @@ type failoverCell struct {
 func build(node string, st fleetview.Status, local []failover.SessionStatus, now time.Time) page {
 	p := page{Node: node, KeyPrefix: st.KeyPrefix, CheckedAt: now.UTC().Format("2006-01-02 15:04:05 UTC"),
 		RefreshS: int(Refresh / time.Second), AllOwned: st.AllOwned}
-	pinned := map[string][]string{}
+	// What a node holds is read from the session rows, not from its node
+	// row: a dead node's row keeps listing what it owned when it died.
+	pinned, held := map[string][]string{}, map[string][]string{}
 	for _, s := range st.Sessions {
 		for _, n := range s.Pinning.Nodes {
 			pinned[n] = append(pinned[n], s.Session)
 		}
+		if s.Status == fleetview.Owned {
+			held[s.Node] = append(held[s.Node], s.Session)
+		}
 	}
 	for _, n := range st.Nodes {
-		p.Nodes = append(p.Nodes, nodeRowOf(n, node, pinned[n.Node]))
+		p.Nodes = append(p.Nodes, nodeRowOf(n, node, pinned[n.Node], held[n.Node]))
 	}
 	byName := map[string]failover.SessionStatus{}
 	for _, s := range local {
@@ -145,9 +150,14 @@ func build(node string, st fleetview.Status, local []failover.SessionStatus, now
 	return p
 }
 
-func nodeRowOf(n fleetview.Node, this string, pinned []string) nodeRow {
+func nodeRowOf(n fleetview.Node, this string, pinned, held []string) nodeRow {
 	r := nodeRow{Name: n.Node, Owner: n.Owner, This: n.Node == this, Draining: n.Draining,
-		Held: n.Owned, Serving: n.Serving, Pinned: pinned, Age: admission.FormatSecondsShort(time.Duration(n.AgeNS))}
+		Held: held, Pinned: pinned, Age: admission.FormatSecondsShort(time.Duration(n.AgeNS))}
+	for _, s := range n.Serving {
+		if n.Live && slices.Contains(held, s) {
+			r.Serving = append(r.Serving, s)
+		}
+	}
 	switch {
 	case n.Stopped:
 		r.State = "stopped"
@@ -168,6 +178,9 @@ func withLocal(row sessionRow, s failover.SessionStatus) sessionRow {
 	row.Conflict = s.EndpointConflict
 	if row.TimingMismatch == "" && s.TimingMismatch != nil {
 		row.TimingMismatch = timingDiff(s.TimingMismatch.Own, s.TimingMismatch.Row)
+	}
+	if s.Owner && len(s.Devices) == 0 {
+		row.Devices, row.DevicesAllUp = "no devices", true // a bridge-only session
 	}
 	if len(s.Devices) > 0 {
 		up := 0
