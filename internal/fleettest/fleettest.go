@@ -78,8 +78,8 @@ func Start(t testing.TB) *Fleet {
 	return f
 }
 
-// config is node's configuration.
-func (f *Fleet) config(node, httpAddr string) string {
+// Config is node's configuration, serving HTTP on httpAddr.
+func (f *Fleet) Config(node, httpAddr string) string {
 	return fmt.Sprintf(`deployment_mode: clustered
 node: %s
 http_listen: %s
@@ -119,7 +119,7 @@ routes:
 // sessions: a limit for waits on a takeover, never a timing assertion.
 func (f *Fleet) Budget(t testing.TB) time.Duration {
 	t.Helper()
-	cfg, err := routes.Parse("fleettest.yaml", []byte(f.config("n", "127.0.0.1:1")))
+	cfg, err := routes.Parse("fleettest.yaml", []byte(f.Config("n", "127.0.0.1:1")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func (f *Fleet) Run(t testing.TB, node string) *Proc {
 	t.Helper()
 	p := &Proc{Node: node, HTTP: testbin.FreeAddr(t), log: filepath.Join(f.dir, node+".log"), done: make(chan struct{})}
 	path := filepath.Join(f.dir, node+".yaml")
-	if err := os.WriteFile(path, []byte(f.config(node, p.HTTP)), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte(f.Config(node, p.HTTP)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	logf, err := os.Create(p.log)
