@@ -113,21 +113,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// declare makes a session's counters exist at zero from the start, so a
-// dashboard or an alert sees 0 rather than no series before the first
-// failure, takeover or value.
+// declare makes a session's event counters exist at zero from the start:
+// increase() and rate() over a series that first appears at 1 never see
+// that first renew failure, step-down or takeover, and a dashboard would
+// show no series rather than 0. The values counters are left to the
+// term (Values), which creates them at zero before its first poll: on
+// a standby they would only cost memory.
 func (m *Metrics) declare(session string, rs []*routes.Route) {
 	m.RenewFailures.WithLabelValues(session).Add(0)
 	m.StepDowns.WithLabelValues(session).Add(0)
 	m.DeviceStepDowns.WithLabelValues(session).Add(0)
 	m.Takeovers.WithLabelValues(session).Add(0)
 	m.Bridges.DeclareRoutes(session, rs)
-	for _, r := range rs {
-		if r.Kind == routes.RoutePoll {
-			m.ValuesPolled.WithLabelValues(session, r.Name).Add(0)
-			m.ValuesPublished.WithLabelValues(session, r.Name).Add(0)
-		}
-	}
 }
 
 // setState marks one state of a session as current.
