@@ -257,6 +257,7 @@ func TestGrafanaDashboardPanelsReturnData(t *testing.T) {
 		r := query(t, base, fmt.Sprintf(`count_over_time(leasebridge_write_requests_total{instance=%q}[1m]) >= 3`, b.HTTP))
 		return len(r.Data.Result) > 0, fmt.Sprintf("%+v", r)
 	})
+	checkSessionVariable(t, base, d)
 	for _, p := range d.queries() {
 		for _, tg := range p.Targets {
 			expr := concrete.Replace(tg.Expr)
@@ -280,6 +281,39 @@ func TestGrafanaDashboardPanelsReturnData(t *testing.T) {
 		r := query(t, base, fmt.Sprintf(`%s and on(instance) up{instance=%q}`, expr, b.HTTP))
 		if len(r.Data.Result) == 0 || (want != "" && fmt.Sprint(r.Data.Result[0].Value[1]) != want) {
 			t.Errorf("%s on node-b: %+v, want %q", expr, r.Data.Result, want)
+		}
+	}
+}
+
+// checkSessionVariable runs the session variable's label_values query as
+// Grafana does (the label values API) and wants every session of the
+// fleet among the answers.
+func checkSessionVariable(t *testing.T, base string, d dashboard) {
+	t.Helper()
+	var q string
+	for _, v := range d.Templating.List {
+		if v.Name == "session" {
+			q, _ = v.Query.(string)
+		}
+	}
+	m := regexp.MustCompile(`^label_values\((\w+), *(\w+)\)$`).FindStringSubmatch(q)
+	if m == nil {
+		t.Fatalf("session variable query %q: want label_values(metric, label)", q)
+	}
+	resp, err := http.Get(base + "/api/v1/label/" + m[2] + "/values?match[]=" + url.QueryEscape(m[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var r struct {
+		Data []string `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range fleettest.Sessions {
+		if !slices.Contains(r.Data, s) {
+			t.Errorf("session variable (%s) offers %v, not %s", q, r.Data, s)
 		}
 	}
 }
