@@ -271,6 +271,7 @@ func TestGrafanaDashboardPanelsReturnData(t *testing.T) {
 			}
 		}
 	}
+	checkOwners(t, base, d, "node-b")
 	// What the takeover must have left in the data, beyond "some data".
 	for expr, want := range map[string]string{
 		`leasebridge_failure_to_full_seconds_count{cause="owner_death",session="plc"}`: "1",
@@ -316,4 +317,29 @@ func checkSessionVariable(t *testing.T, base string, d dashboard) {
 			t.Errorf("session variable (%s) offers %v, not %s", q, r.Data, s)
 		}
 	}
+}
+
+// checkOwners wants the "Who owns what" panel to name owner, by node
+// name, as the serving owner of every session, and no other node.
+func checkOwners(t *testing.T, base string, d dashboard, owner string) {
+	t.Helper()
+	for _, p := range d.queries() {
+		if p.Title != "Who owns what" {
+			continue
+		}
+		r := query(t, base, concrete.Replace(p.Targets[0].Expr))
+		serving := map[string]string{}
+		for _, s := range r.Data.Result {
+			if fmt.Sprint(s.Value[1]) == "1" {
+				serving[s.Metric["session"]] += s.Metric["node"]
+			}
+		}
+		for _, s := range fleettest.Sessions {
+			if serving[s] != owner {
+				t.Errorf("Who owns what: %s served by %q, want %s (%+v)", s, serving[s], owner, r.Data.Result)
+			}
+		}
+		return
+	}
+	t.Error("no panel \"Who owns what\"")
 }

@@ -62,6 +62,9 @@ type Metrics struct {
 	TopologySuspect *prometheus.GaugeVec
 	// Bridges exports the bridge routes' forwarded and dropped messages.
 	Bridges *dataplane.BridgeCounters
+	// Node is 1, labelled with the node name, so that queries can name
+	// the node behind a scrape target.
+	Node *prometheus.GaugeVec
 	// ValuesPolled counts the values poll routes read from their devices.
 	ValuesPolled *prometheus.CounterVec
 	// ValuesPublished counts the values poll routes published to their
@@ -101,6 +104,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		BuildInfo:       gaugeVec("leasebridge_build_info", "1, labelled with the binary's module version, VCS revision, dirty flag and Go version (as `leasebridge version` prints).", buildinfo.LabelNames...),
 		TopologySuspect: gaugeVec("leasebridge_broker_topology_suspect", "1 while this standby of a session with a bridge route has stood by longer than the owner-death budget and its local broker carries no active status from another node: the owner uses another broker (docs/bridged-data.md).", "session"),
 		Bridges:         dataplane.NewBridgeCounters(),
+		Node:            gaugeVec("leasebridge_node_info", "1, labelled with the process's node name (the node key): join it on instance to name the node behind a scrape target.", "node"),
 		ValuesPolled:    counterVec("leasebridge_values_polled_total", "Values a poll route read from its device: every tag of every successful poll.", "session", "route"),
 		ValuesPublished: counterVec("leasebridge_values_published_total", "Values a poll route published and its local broker accepted: with publish: on_change only the changes, and after a failed poll every tag of the group as bad.", "session", "route"),
 		SessionUnowned:  gaugeVec("leasebridge_session_unowned", "1 while no node owns the session as this node observes its lease row (released, or unchanged for its owner's lease_ttl); with fleet rows only.", "session"),
@@ -109,7 +113,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.Bridges, m.FailureToFull, m.State, m.Epoch, m.RenewFailures, m.StepDowns, m.Budget, m.TransportErrors, m.Takeovers,
 		m.ClaimConflicts, m.TimingMismatch, m.TimingMismatches, m.StoreUp, m.WriteRequests,
 		m.DeviceUp, m.DeviceLastGood, m.DeviceStepDowns, m.BuildInfo, m.TopologySuspect, m.SessionUnowned,
-		m.ValuesPolled, m.ValuesPublished)
+		m.ValuesPolled, m.ValuesPublished, m.Node)
 	return m
 }
 

@@ -102,6 +102,7 @@ func New(o Options) (*Supervisor, error) {
 		return nil, errors.New("failover: Options.Built was built from another configuration")
 	}
 	sv := &Supervisor{o: o, stepDown: make(chan stepDownRequest, 1), health: newStoreHealth(o)}
+	o.Metrics.Node.WithLabelValues(o.Node).Set(1)
 	// One bulk read per poll for all standbys, when the store can.
 	var rows *lease.RowSource
 	if pr, ok := o.Store.(lease.PrefixReader); ok {

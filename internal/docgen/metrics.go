@@ -34,6 +34,7 @@ func metricsTable() (string, error) {
 	m.Bridges.Declare("s", "r")
 	m.TopologySuspect.WithLabelValues("s").Set(0)
 	m.ValuesPolled.WithLabelValues("s", "r").Add(0)
+	m.Node.WithLabelValues("n").Set(1)
 	m.ValuesPublished.WithLabelValues("s", "r").Add(0)
 	families, err := reg.Gather()
 	if err != nil {
