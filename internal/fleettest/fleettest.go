@@ -23,6 +23,7 @@ import (
 
 	"github.com/leasebridge/leasebridge/failover"
 	"github.com/leasebridge/leasebridge/fleetview"
+	"github.com/leasebridge/leasebridge/internal/bridgewatch"
 	"github.com/leasebridge/leasebridge/internal/plcsim"
 	"github.com/leasebridge/leasebridge/internal/testbin"
 	"github.com/leasebridge/leasebridge/internal/testetcd"
@@ -188,13 +189,16 @@ func (p *Proc) Kill(t testing.TB) {
 // URL is the process's http_listen as a URL with path.
 func (p *Proc) URL(path string) string { return "http://" + p.HTTP + path }
 
+// client bounds each request: a hang guard for the waits that poll.
+var client = &http.Client{Timeout: 5 * time.Second}
+
 // getJSON decodes the JSON at path into v.
 func (p *Proc) getJSON(ctx context.Context, path string, v any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.URL(path), nil)
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}
@@ -207,8 +211,7 @@ func (p *Proc) getJSON(ctx context.Context, path string, v any) error {
 
 // Sessions is the process's /sessions.
 func (p *Proc) Sessions(ctx context.Context) ([]failover.SessionStatus, error) {
-	var all []failover.SessionStatus
-	return all, p.getJSON(ctx, "/sessions", &all)
+	return bridgewatch.Sessions(ctx, client, p.HTTP)
 }
 
 // FleetView is the process's /fleet.
