@@ -47,7 +47,8 @@ func rule(pkg, imp string) string {
 	local := strings.TrimPrefix(imp, mod+"/")
 	isLocal := local != imp
 	// Test peers may use anything; production code may not use them.
-	if under(pkg, "internal/testetcd") || under(pkg, "internal/testmqtt") || under(pkg, "internal/archtest") {
+	if under(pkg, "internal/testetcd") || under(pkg, "internal/testmqtt") || under(pkg, "internal/testkube") ||
+		under(pkg, "internal/archtest") {
 		return ""
 	}
 	if why := planeRule(pkg, local, isLocal, imp); why != "" {
@@ -70,6 +71,8 @@ func rule(pkg, imp string) string {
 		return "no transport imports lease, failover, dataplane, preflight or fleetview"
 	case strings.HasPrefix(imp, "go.etcd.io/etcd/client") && !strings.HasPrefix(pkg, "lease/etcd"):
 		return "only lease/etcd* imports the etcd client"
+	case strings.HasPrefix(imp, "k8s.io/client-go") && pkg != "lease/kubestore":
+		return "only lease/kubestore imports the Kubernetes client"
 	case under(pkg, "failover") && isLocal && under(local, "cmd"):
 		return "failover never imports cmd"
 	}

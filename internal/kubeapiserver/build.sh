@@ -25,6 +25,6 @@ ldflags="-X $pkg.gitVersion=$version -X $pkg.gitMajor=1 -X $pkg.gitMinor=34"
 tmp="$bin.tmp.$$"
 trap 'rm -f "$tmp"' EXIT
 echo "kube-apiserver harness: building $version (cold: ~11 min)" >&2
-GOFLAGS=-mod=mod go build -trimpath -ldflags "$ldflags" -o "$tmp" . >&2
+GOFLAGS="-mod=readonly -buildvcs=false" go build -trimpath -ldflags "$ldflags" -o "$tmp" . >&2
 mv "$tmp" "$bin"
 echo "$bin"

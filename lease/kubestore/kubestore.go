@@ -240,12 +240,14 @@ func (s *Store) request(r *rest.Request) *rest.Request {
 var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 
 // fleetName is the leasebridge.io/fleet label of key_prefix and the first
-// part of its rows' Lease names: the prefix without its slashes, with
-// inner slashes as dots, when that is a lowercase DNS label of at most 40
-// characters ("/leasebridge/" is "leasebridge"); else "lb-" and a hash.
+// part of its rows' Lease names: for a key_prefix "/<name>/" whose name is
+// a lowercase DNS label of at most 40 characters, that name
+// ("/leasebridge/" is "leasebridge"); for any other, "lb-" and a hash of
+// it. Distinct prefixes get distinct names unless the hashes collide, and
+// the annotations catch that.
 func fleetName(keyPrefix string) string {
-	n := strings.ReplaceAll(strings.Trim(keyPrefix, "/"), "/", "-")
-	if len(n) <= 40 && dnsLabel.MatchString(n) {
+	n := strings.TrimSuffix(strings.TrimPrefix(keyPrefix, "/"), "/")
+	if keyPrefix == "/"+n+"/" && len(n) <= 40 && dnsLabel.MatchString(n) {
 		return n
 	}
 	return "lb-" + shortHash(keyPrefix)
@@ -376,8 +378,9 @@ func (s *Store) ReadAuthoritative(ctx context.Context, key string) (lease.Row, i
 	return s.Read(ctx, key)
 }
 
-// healthName is the Lease Ping reads; it is never created.
-func (s *Store) healthName() string { return s.fleet + ".-health" }
+// healthName is the Lease Ping reads; it is never created (row names have
+// a dot after the fleet name, which has none).
+func (s *Store) healthName() string { return s.fleet + "-health" }
 
 // Ping implements lease.Pinger with a GET of a Lease that never exists:
 // the 404 comes from a quorum read of etcd, so an answer means the API
