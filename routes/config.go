@@ -82,6 +82,22 @@ type LeaseStore struct {
 	// Plaintext, when true, runs the members and their clients without
 	// TLS; only ever on a trusted, isolated network.
 	Plaintext bool `yaml:"plaintext"`
+	// Kubernetes, when set, keeps the lease rows as coordination.k8s.io
+	// Lease objects through the Kubernetes API server instead of in etcd
+	// (docs/lease-protocol.md, the Kubernetes lease store): no etcd to
+	// run, only a Role on leases (examples/kubernetes/lease-rbac.yaml).
+	Kubernetes *KubernetesStore `yaml:"kubernetes"`
+}
+
+// KubernetesStore locates the API server and namespace of a Kubernetes
+// lease store.
+type KubernetesStore struct {
+	// Namespace holds the Lease objects; empty means the pod's own
+	// namespace (its service account's), or the kubeconfig context's.
+	Namespace string `yaml:"namespace"`
+	// Kubeconfig is a kubeconfig file, for running outside the cluster;
+	// empty means the pod's service account.
+	Kubeconfig string `yaml:"kubeconfig"`
 }
 
 // StoreMember is one member of a fleet-run lease store.

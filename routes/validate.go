@@ -74,7 +74,7 @@ func (c *Config) validate() Errors {
 	default:
 		add("deployment_mode", "unknown deployment_mode %q: want standalone or clustered", c.DeploymentMode)
 	}
-	if c.DeploymentMode == admission.Clustered && len(c.LeaseStore.Endpoints) == 0 {
+	if c.DeploymentMode == admission.Clustered && len(c.LeaseStore.Endpoints) == 0 && c.LeaseStore.Kubernetes == nil {
 		add("lease_store.endpoints", "clustered mode needs the etcd endpoints every bridge shares; the embedded store serves a standalone node only")
 	}
 	for i, ep := range c.LeaseStore.Endpoints {
@@ -86,6 +86,7 @@ func (c *Config) validate() Errors {
 		add("lease_store.key_prefix", "key_prefix %q must end with / so one session's key is never a prefix of another's", c.LeaseStore.KeyPrefix)
 	}
 	errs = append(errs, c.CheckCredentials("lease_store", c.LeaseStore.Credentials, c.LeaseStore.TLS)...)
+	errs = append(errs, c.checkKubernetesStore()...)
 	errs = append(errs, c.checkManager("manager", &c.Manager)...)
 
 	for _, name := range sortedKeys(c.Brokers) {

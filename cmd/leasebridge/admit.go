@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"maps"
 	"slices"
 	"sort"
@@ -184,6 +185,11 @@ func deploymentInputs(cfg *routes.Config) routes.Errors {
 		}
 	}
 	check("lease_store", cfg.LeaseStore.Credentials)
+	if k := cfg.LeaseStore.Kubernetes; k != nil && k.Kubeconfig != "" {
+		if _, err := os.Stat(k.Kubeconfig); err != nil {
+			out = append(out, cfg.ErrorAt("lease_store.kubernetes.kubeconfig", "kubeconfig "+k.Kubeconfig+" cannot be read"))
+		}
+	}
 	for _, name := range slices.Sorted(maps.Keys(cfg.Brokers)) {
 		if b := cfg.Brokers[name]; b != nil {
 			check("brokers."+name, b.Credentials)

@@ -27,6 +27,7 @@ import (
 	"github.com/leasebridge/leasebridge/lease"
 	"github.com/leasebridge/leasebridge/lease/etcdembed"
 	"github.com/leasebridge/leasebridge/lease/etcdstore"
+	"github.com/leasebridge/leasebridge/lease/kubestore"
 	"github.com/leasebridge/leasebridge/preflight"
 	"github.com/leasebridge/leasebridge/routes"
 
@@ -96,6 +97,14 @@ func serve(ctx context.Context, built *preflight.Built, cfg *routes.Config, repo
 		node = h
 	}
 	endpoints := cfg.LeaseStore.Endpoints
+	if cfg.LeaseStore.Kubernetes != nil {
+		ks, err := openKubeStore(ctx, cfg, log)
+		if err != nil {
+			return storeExit(err), err
+		}
+		defer ks.Close()
+		return serveWith(ctx, built, cfg, reports, log, started, node, ks, []string{ks.Host()})
+	}
 	if len(endpoints) == 0 {
 		srv, err := startEmbedded(ctx, cfg, log)
 		if err != nil && ctx.Err() != nil {
@@ -115,12 +124,28 @@ func serve(ctx context.Context, built *preflight.Built, cfg *routes.Config, repo
 		return storeExit(err), err
 	}
 	defer store.Close()
+	return serveWith(ctx, built, cfg, reports, log, started, node, store, endpoints)
+}
 
+// runStore is a lease store run can serve on: rows and endpoint claims,
+// and, when the store keeps them, fleet rows (lease.Fleet).
+type runStore interface {
+	lease.Store
+	lease.Claimer
+}
+
+// serveWith is serve once the store is open.
+func serveWith(ctx context.Context, built *preflight.Built, cfg *routes.Config, reports []admission.Report, log *slog.Logger,
+	started chan<- *failover.Supervisor, node string, store runStore, endpoints []string) (int, error) {
+	var fleet lease.Fleet
+	if f, ok := store.(lease.Fleet); ok {
+		fleet = f
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	id := lease.NewIdentity(node)
 	sv, err := failover.New(failover.Options{Config: cfg, Reports: reports, Built: built, Store: store, StoreEndpoints: endpoints,
-		Identity: id, Node: node, Logger: log, Metrics: failover.NewMetrics(reg), Claims: store, Fleet: store})
+		Identity: id, Node: node, Logger: log, Metrics: failover.NewMetrics(reg), Claims: store, Fleet: fleet})
 	if err != nil {
 		return exitcode.Invalid, err
 	}
@@ -162,7 +187,8 @@ func serve(ctx context.Context, built *preflight.Built, cfg *routes.Config, repo
 // connects in the background, and an unreachable store is reported by the
 // store probe (not ready) instead of ending the process.
 func storeExit(err error) int {
-	if errors.Is(err, etcdstore.ErrAuth) || errors.Is(err, etcdstore.ErrConfig) {
+	if errors.Is(err, etcdstore.ErrAuth) || errors.Is(err, etcdstore.ErrConfig) ||
+		errors.Is(err, kubestore.ErrConfig) || errors.Is(err, kubestore.ErrForbidden) {
 		return exitcode.Invalid
 	}
 	return exitcode.Failure

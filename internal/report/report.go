@@ -137,7 +137,7 @@ func WriteJSON(w io.Writer, a Admission) error {
 func WriteText(w io.Writer, cfg *routes.Config, sessions []routes.Session, reports []admission.Report) {
 	fs := admission.FormatSeconds
 	admitted := 0
-	fmt.Fprintf(w, "%s: deployment_mode %s, %d session(s)\n", cfg.File, cfg.DeploymentMode, len(reports))
+	fmt.Fprintf(w, "%s: deployment_mode %s, lease store %s, %d session(s)\n", cfg.File, cfg.DeploymentMode, cfg.StoreBackend(), len(reports))
 	for i, r := range reports {
 		verdict := "REFUSED"
 		if r.Admitted() {

@@ -127,6 +127,7 @@ var (
 type Store struct {
 	cs      kubernetes.Interface
 	rc      rest.Interface
+	host    string
 	ns      string
 	prefix  string
 	fleet   string
@@ -164,10 +165,13 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: client for %s: %w", ErrConfig, rc.Host, err)
 	}
-	return &Store{cs: cs, rc: cs.CoordinationV1().RESTClient(), ns: ns, prefix: cfg.KeyPrefix,
+	return &Store{cs: cs, rc: cs.CoordinationV1().RESTClient(), host: rc.Host, ns: ns, prefix: cfg.KeyPrefix,
 		fleet: fleetName(cfg.KeyPrefix), timeout: cfg.CallTimeout,
 		seen: map[string]seenLease{}, obs: map[string]observed{}}, nil
 }
+
+// Host is the API server's URL, for log lines.
+func (s *Store) Host() string { return s.host }
 
 // Namespace is the namespace the store's Lease objects live in.
 func (s *Store) Namespace() string { return s.ns }
