@@ -389,7 +389,7 @@ func (l *lab) witness(tr *trial) {
 // settle lifts every broker-path and store-path fault, restarts every
 // ended process (as an orchestrator would, also while it waits) and waits
 // for one owner at ServiceLevelFull whose values are reaching its broker
-// and two answering standbys.
+// and every other bridge answering as a standby.
 func (l *lab) settle() (*bridge, uint64, error) {
 	for _, b := range l.bridges {
 		if b.isFrozen() {
@@ -429,7 +429,7 @@ func (l *lab) settle() (*bridge, uint64, error) {
 			}
 		}
 		last = strings.Join(states, " ")
-		if owners == 1 && standbys == 2 {
+		if owners == 1 && standbys == len(l.bridges)-1 {
 			a, ok := l.watch.latest()
 			if ok && time.Since(a.At) < 250*time.Millisecond {
 				// Let the standbys observe the owner's renewals for a
@@ -447,7 +447,7 @@ func (l *lab) settle() (*bridge, uint64, error) {
 			return nil, 0, err
 		}
 	}
-	return nil, 0, fmt.Errorf("no single serving owner with two standbys within %s: %s", fs(limit), last)
+	return nil, 0, fmt.Errorf("no single serving owner with %d standbys within %s: %s", len(l.bridges)-1, fs(limit), last)
 }
 
 // takeover waits for the first value with an epoch above tr.Epoch, for

@@ -81,6 +81,9 @@ type Bridge struct {
 	Etcd, Broker, PLC string
 	// Node names the bridge; HTTP is its http_listen (omitted when empty).
 	Node, HTTP string
+	// Kubernetes, when set, is the lease_store.kubernetes flow mapping
+	// ("namespace: ns, kubeconfig: file"), and Etcd is not used.
+	Kubernetes string
 	// KeyPrefix separates the tests' lease rows.
 	KeyPrefix string
 	// Topic is the poll route's topic template.
@@ -127,9 +130,13 @@ func Config(b Bridge) string {
 	if b.HTTP != "" {
 		httpLine = "http_listen: " + b.HTTP + "\n"
 	}
+	store := "endpoints: [" + b.Etcd + "]"
+	if b.Kubernetes != "" {
+		store = "kubernetes: {" + b.Kubernetes + "}"
+	}
 	return fmt.Sprintf(`deployment_mode: clustered
 node: %s
-%slease_store: {endpoints: [%s], key_prefix: %s}
+%slease_store: {%s, key_prefix: %s}
 %s%sbrokers:
   local: {url: "%s", %s%s}
 devices:
@@ -148,5 +155,5 @@ devices:
 routes:
   - {name: telemetry, session: plc, kind: poll, device: plc, broker: local, publish: every_poll, topic: "%s"}
   - {name: commands, session: plc, kind: write, device: plc, broker: local, request_topic: w/req, reply_topic: w/resp, qos: 1}
-`, b.Node, httpLine, b.Etcd, b.KeyPrefix, Manager, b.Manager, b.Broker, BrokerTimings, extra, b.PLC, b.Topic)
+`, b.Node, httpLine, store, b.KeyPrefix, Manager, b.Manager, b.Broker, BrokerTimings, extra, b.PLC, b.Topic)
 }
