@@ -144,11 +144,13 @@ func writeServiceAccountKeys(t testing.TB, dir string) {
 	}
 }
 
-// startProcess starts the binary and waits for /readyz.
-func (s *APIServer) startProcess() {
+// startProcess starts the binary, waits for /readyz and returns when it
+// started the process.
+func (s *APIServer) startProcess() time.Time {
 	s.t.Helper()
 	cmd := exec.Command(s.bin, s.args...)
 	cmd.Stdout, cmd.Stderr = s.log, s.log
+	started := time.Now()
 	if err := cmd.Start(); err != nil {
 		s.t.Fatalf("testkube: start %s: %v", s.bin, err)
 	}
@@ -162,6 +164,7 @@ func (s *APIServer) startProcess() {
 	if err := s.waitReady(ctx, done); err != nil {
 		s.t.Fatalf("testkube: kube-apiserver not ready: %v\n%s", err, tail(s.log.String(), 4000))
 	}
+	return started
 }
 
 // waitReady polls /readyz with the admin token until it answers 200.
@@ -201,11 +204,12 @@ func (s *APIServer) Stop() {
 }
 
 // Restart kills the API server and starts it again on the same port and
-// etcd, waiting until it is ready.
-func (s *APIServer) Restart() {
+// etcd, waiting until it is ready, and returns when the new process was
+// started (it may serve requests before /readyz says so).
+func (s *APIServer) Restart() time.Time {
 	s.t.Helper()
 	s.Stop()
-	s.startProcess()
+	return s.startProcess()
 }
 
 // Log is the API server's output so far.
