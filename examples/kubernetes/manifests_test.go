@@ -17,6 +17,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
@@ -36,6 +37,9 @@ type manifest struct {
 	deployments  []*appsv1.Deployment
 	statefulSets []*appsv1.StatefulSet
 	pdbs         []*policyv1.PodDisruptionBudget
+	accounts     []*corev1.ServiceAccount
+	roles        []*rbacv1.Role
+	bindings     []*rbacv1.RoleBinding
 }
 
 // decode reads every YAML document of file strictly into its API type.
@@ -70,6 +74,15 @@ func decode(t *testing.T, file string) *manifest {
 		case "policy/v1 PodDisruptionBudget":
 			p := &policyv1.PodDisruptionBudget{}
 			obj, m.pdbs = p, append(m.pdbs, p)
+		case "v1 ServiceAccount":
+			a := &corev1.ServiceAccount{}
+			obj, m.accounts = a, append(m.accounts, a)
+		case "rbac.authorization.k8s.io/v1 Role":
+			r := &rbacv1.Role{}
+			obj, m.roles = r, append(m.roles, r)
+		case "rbac.authorization.k8s.io/v1 RoleBinding":
+			b := &rbacv1.RoleBinding{}
+			obj, m.bindings = b, append(m.bindings, b)
 		default:
 			t.Fatalf("%s document %d: unexpected %s %s", file, i+1, tm.APIVersion, tm.Kind)
 		}
