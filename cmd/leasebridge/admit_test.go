@@ -243,7 +243,7 @@ func TestDocsTableMatchesBinary(t *testing.T) {
 
 // The configuration embedded in each Kubernetes example is admitted too.
 func TestKubernetesExampleConfigIsAdmitted(t *testing.T) {
-	for _, name := range []string{"shared-broker.yaml", "clustered-broker.yaml"} {
+	for _, name := range []string{"shared-broker.yaml", "clustered-broker.yaml", "lease-store.yaml"} {
 		raw, err := os.ReadFile("../../examples/kubernetes/" + name)
 		if err != nil {
 			t.Fatal(err)
@@ -266,6 +266,9 @@ func TestKubernetesExampleConfigIsAdmitted(t *testing.T) {
 			code, out, errs := runCmd(t, "admit", "-c", writeConfig(t, cfg))
 			if code != exitOK {
 				t.Errorf("%s config: exit %d\n%s%s", name, code, out, errs)
+			}
+			if name == "lease-store.yaml" && !strings.Contains(out, "lease store kubernetes Leases in namespace plant-a") {
+				t.Errorf("%s: admit does not name the Kubernetes lease store:\n%s", name, out)
 			}
 		}
 		if !found {
