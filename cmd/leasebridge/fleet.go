@@ -49,6 +49,11 @@ func openFleet(ctx context.Context, fl *flagSet, file string, stderr io.Writer) 
 		}
 		return nil, exitInvalid
 	}
+	if cfg.LeaseStore.Kubernetes != nil {
+		fmt.Fprintf(stderr, "leasebridge %s: %s keeps its lease rows as Kubernetes Leases (lease_store.kubernetes), which hold no fleet rows: "+
+			"status, handover and drain need an etcd lease store; `kubectl get leases` shows each session's holder\n", name, file)
+		return nil, exitInvalid
+	}
 	if len(cfg.LeaseStore.Endpoints) == 0 {
 		fmt.Fprintf(stderr, "leasebridge %s: %s sets no lease_store.endpoints: a standalone node's embedded store is private to its process\n", name, file)
 		return nil, exitInvalid
