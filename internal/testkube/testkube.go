@@ -14,6 +14,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -328,4 +329,40 @@ func (s *APIServer) ApplyRole(file, ns string) *rbacv1.Role {
 		s.t.Fatalf("%s: no Role", file)
 	}
 	return role
+}
+
+// LeaseRequests reads the API server's apiserver_request_total for the
+// leases resource and returns the requests it has served so far by verb
+// (GET, LIST, POST, PATCH, PUT, ...), whatever their status code.
+func (s *APIServer) LeaseRequests(ctx context.Context) (map[string]float64, error) {
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // self-signed, as in waitReady
+	defer hc.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+s.Addr+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+AdminToken)
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("testkube: /metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("testkube: /metrics: %w", err)
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, "apiserver_request_total{") || !strings.Contains(line, `resource="leases"`) {
+			continue
+		}
+		_, rest, _ := strings.Cut(line, `verb="`)
+		verb, _, _ := strings.Cut(rest, `"`)
+		var n float64
+		if _, err := fmt.Sscan(line[strings.LastIndex(line, " ")+1:], &n); err == nil {
+			out[verb] += n
+		}
+	}
+	return out, nil
 }
