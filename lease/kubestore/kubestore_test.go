@@ -234,7 +234,7 @@ func TestClaims(t *testing.T) {
 	if _, err := a.Claim(ctx, []string{"tcp://plc:502"}, ca, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if v, err = a.CompareAndSwap(ctx, "s1", v, row); err != nil {
+	if _, err = a.CompareAndSwap(ctx, "s1", v, row); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
