@@ -263,20 +263,25 @@ func shortHash(s string) string {
 }
 
 // rowName is the Lease name of session key: "<fleet>.<key>" when key is a
-// lowercase DNS label, else "<fleet>.<key lowercased, other characters as
-// '-'>-<hash>"; the annotations name the key, so a collision is detected
-// (ErrNotRow), never mistaken for the row.
+// lowercase DNS label (at most 63 characters), else "<fleet>.<the first
+// 40 characters of key lowercased, other characters as '-'>-<hash>"; the
+// annotations name the key, so a collision is detected (ErrNotRow), never
+// mistaken for the row.
 func rowName(fleet, key string) string {
-	if len(key) <= 180 && dnsLabel.MatchString(key) {
+	if len(key) <= 63 && dnsLabel.MatchString(key) {
 		return fleet + "." + key
 	}
-	b := []byte(strings.ToLower(key))
+	b := []byte(strings.ToLower(key[:min(len(key), 40)]))
 	for i, c := range b {
 		if (c < 'a' || c > 'z') && (c < '0' || c > '9') {
 			b[i] = '-'
 		}
 	}
-	return fleet + "." + strings.Trim(string(b[:min(len(b), 160)]), "-") + "-" + shortHash(key)
+	part := strings.Trim(string(b), "-")
+	if part == "" {
+		part = "s"
+	}
+	return fleet + "." + part + "-" + shortHash(key)
 }
 
 // version parses a resourceVersion (see the package comment).
