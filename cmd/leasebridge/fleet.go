@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -14,7 +15,6 @@ import (
 	"github.com/leasebridge/leasebridge/cmd/leasebridge/exitcode"
 	"github.com/leasebridge/leasebridge/fleetview"
 	"github.com/leasebridge/leasebridge/lease"
-	"github.com/leasebridge/leasebridge/lease/etcdstore"
 	"github.com/leasebridge/leasebridge/routes"
 )
 
@@ -31,7 +31,14 @@ type fleetCmd struct {
 	file    string
 	cfg     *routes.Config
 	reports []admission.Report
-	store   *etcdstore.Store
+	store   fleetStore
+}
+
+// fleetStore is the lease store as the fleet commands use it: etcd or
+// Kubernetes Leases.
+type fleetStore interface {
+	lease.Fleet
+	Close() error
 }
 
 // openFleet loads file and connects to its lease store; it prints why not
@@ -50,9 +57,12 @@ func openFleet(ctx context.Context, fl *flagSet, file string, stderr io.Writer) 
 		return nil, exitInvalid
 	}
 	if cfg.LeaseStore.Kubernetes != nil {
-		fmt.Fprintf(stderr, "leasebridge %s: %s keeps its lease rows as Kubernetes Leases (lease_store.kubernetes), which hold no fleet rows: "+
-			"status, handover and drain need an etcd lease store; `kubectl get leases` shows each session's holder\n", name, file)
-		return nil, exitInvalid
+		store, err := openKubeStore(ctx, cfg, slog.New(slog.DiscardHandler))
+		if err != nil {
+			fmt.Fprintf(stderr, "leasebridge %s: lease store: %v\n", name, err)
+			return nil, storeStatus(err)
+		}
+		return &fleetCmd{file: file, cfg: cfg, reports: built.Admit(), store: store}, exitOK
 	}
 	if len(cfg.LeaseStore.Endpoints) == 0 {
 		fmt.Fprintf(stderr, "leasebridge %s: %s sets no lease_store.endpoints: a standalone node's embedded store is private to its process\n", name, file)

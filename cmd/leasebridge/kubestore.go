@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 
@@ -29,4 +30,14 @@ func openKubeStore(ctx context.Context, cfg *routes.Config, log *slog.Logger) (*
 	log.Info("lease store: Kubernetes Leases", "api_server", s.Host(), "namespace", s.Namespace(),
 		"verbs", kubestore.Verbs)
 	return s, nil
+}
+
+// storeStatus is a fleet command's exit status when the Kubernetes store
+// could not be opened: a configuration or a Role that lacks a verb is
+// invalid usage (2), an API server that does not answer is a store down (3).
+func storeStatus(err error) int {
+	if errors.Is(err, kubestore.ErrConfig) || errors.Is(err, kubestore.ErrForbidden) {
+		return exitInvalid
+	}
+	return exitStoreDown
 }

@@ -22,11 +22,11 @@ func TestRunStopsNamingMissingVerbs(t *testing.T) {
 	cfg := writeConfig(t, testbin.Config(testbin.Bridge{Kubernetes: "namespace: " + ns + ", kubeconfig: " + kubeconfig,
 		Broker: "tcp://127.0.0.1:1", PLC: "127.0.0.1:1", Node: "n1", HTTP: testbin.FreeAddr(t), KeyPrefix: "/verbs/", Topic: "t/{tag}"}))
 	code, _, errs := runCmd(t, "run", "-c", cfg)
-	if code != exitInvalid || !strings.Contains(errs, "missing verb(s) get, list, create, patch on leases.coordination.k8s.io in namespace \\\"verbs\\\"") {
+	if code != exitInvalid || !strings.Contains(errs, "missing verb(s) get, list, watch, create, patch on leases.coordination.k8s.io in namespace \\\"verbs\\\"") {
 		t.Fatalf("run with no Role: exit %d\n%s", code, errs)
 	}
 	role := api.ApplyRole("../../examples/kubernetes/lease-rbac.yaml", ns)
-	role.Rules[0].Verbs = []string{"get", "list", "create"}
+	role.Rules[0].Verbs = []string{"get", "list", "watch", "create"}
 	if _, err := api.Admin().RbacV1().Roles(ns).Update(t.Context(), role, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -11,9 +11,11 @@ import (
 
 // Verbs are the verbs the store uses on leases (coordination.k8s.io) in
 // its namespace, all a Role must grant (examples/kubernetes/lease-rbac.yaml):
-// get (rows, claims, the health probe), list (standbys' bulk read),
-// create (a row's or claim's first write) and patch (every later write).
-var Verbs = []string{"get", "list", "create", "patch"}
+// get (rows, claims, the health probe), list (standbys' bulk read, node
+// rows and requests), watch (handover and drain requests, a row during a
+// planned handover), create (a Lease's first write) and patch (every
+// later write).
+var Verbs = []string{"get", "list", "watch", "create", "patch"}
 
 // CheckAccess asks the API server, with one SelfSubjectAccessReview per
 // verb, whether the store's identity may use every verb of Verbs on

@@ -267,9 +267,12 @@ func shortHash(s string) string {
 // 40 characters of key lowercased, other characters as '-'>-<hash>"; the
 // annotations name the key, so a collision is detected (ErrNotRow), never
 // mistaken for the row.
-func rowName(fleet, key string) string {
+func rowName(fleet, key string) string { return fleet + "." + keyLabel(key) }
+
+// keyLabel is the DNS label of key in a Lease name (see rowName).
+func keyLabel(key string) string {
 	if len(key) <= 63 && dnsLabel.MatchString(key) {
-		return fleet + "." + key
+		return key
 	}
 	b := []byte(strings.ToLower(key[:min(len(key), 40)]))
 	for i, c := range b {
@@ -281,7 +284,7 @@ func rowName(fleet, key string) string {
 	if part == "" {
 		part = "s"
 	}
-	return fleet + "." + part + "-" + shortHash(key)
+	return part + "-" + shortHash(key)
 }
 
 // version parses a resourceVersion (see the package comment).

@@ -281,7 +281,7 @@ func TestRoleSufficesAndMissingVerbNamed(t *testing.T) {
 	if err := s.Ping(ctx); err != nil {
 		t.Fatal(err)
 	}
-	role.Rules[0].Verbs = []string{"get", "list", "create"}
+	role.Rules[0].Verbs = []string{"get", "list", "watch", "create"}
 	if _, err := api.Admin().RbacV1().Roles(ns).Update(ctx, role, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
