@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -35,6 +36,7 @@ type kubeLab struct {
 const (
 	kindAPIRestart = "API server SIGKILL and restart"
 	kindAPIEtcd    = "API server's etcd SIGKILL and restart"
+	kindHandover   = "planned handover (leasebridge handover --to a standby)"
 )
 
 // kubeKinds are the kinds the Kubernetes lab runs, in order.
@@ -47,6 +49,7 @@ func (k *kubeLab) kinds() []kind {
 		{"delay", fixed(kindDelay), (*lab).storeDelay},
 		{"apirestart", fixed(kindAPIRestart), func(_ *lab, tr *trial, owner *bridge) { k.apiRestart(tr, owner) }},
 		{"apietcd", fixed(kindAPIEtcd), func(_ *lab, tr *trial, owner *bridge) { k.apiEtcd(tr, owner) }},
+		{"handover", fixed(kindHandover), func(_ *lab, tr *trial, owner *bridge) { k.handover(tr, owner) }},
 	}
 }
 
@@ -278,4 +281,27 @@ func (k *kubeLab) apiEtcd(tr *trial, owner *bridge) {
 	tr.note("etcd down %s", fs(tr.Outage))
 	k.takeover(tr, back)
 	k.afterFence(tr, owner)
+}
+
+// handover asks, with `leasebridge handover --to`, for the session to move
+// to a standby, through the store's handover request and watches. The
+// command exits 0 only when the row changed hands within the handover
+// budget it printed; `leasebridge status` must then find every session
+// owned. The takeover is bounded from outside by the owner-death budget.
+func (k *kubeLab) handover(tr *trial, owner *bridge) {
+	to := k.standbys(owner)[0]
+	tr.BudgetName, tr.Budget = "owner_death (outer bound; the command holds the handover budget)", k.report.OwnerDeath.Total
+	t0 := time.Now()
+	out, err := exec.Command(testbin.Leasebridge(k.t), "handover", "plc", "--to", to.name, "-c", owner.cfgPath).CombinedOutput()
+	if err != nil {
+		tr.fail("leasebridge handover: %v\n%s", err, out)
+		return
+	}
+	k.takeover(tr, t0)
+	if tr.Succ != to.name {
+		tr.fail("handed over to %s, asked for %s", tr.Succ, to.name)
+	}
+	if out, err := exec.Command(testbin.Leasebridge(k.t), "status", "-c", owner.cfgPath).CombinedOutput(); err != nil {
+		tr.fail("leasebridge status after the handover: %v\n%s", err, out)
+	}
 }
