@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/leasebridge/leasebridge/admission"
-	"github.com/leasebridge/leasebridge/lease/internal/hook"
 )
 
 // Never is the WakeAt of a core with nothing scheduled.
@@ -153,12 +152,12 @@ const (
 // most one Op is outstanding at a time. A Core is not safe for concurrent
 // use.
 type Core struct {
-	cfg       Config
-	id        Identity
-	key       string
-	rnd       *rand.Rand
-	fenceMode int
-	timing    RowTiming // written into every row this core writes
+	cfg    Config
+	id     Identity
+	key    string
+	rnd    *rand.Rand
+	mut    mutation  // empty unless built with -tags leasemutants
+	timing RowTiming // written into every row this core writes
 
 	state   State
 	pending purpose
@@ -203,10 +202,6 @@ type Core struct {
 	deferOwner string
 	// lastHolder is the owner of the last held row this core read.
 	lastHolder string
-}
-
-func init() {
-	hook.SetFenceMode = func(c any, mode int) { c.(*Core).fenceMode = mode }
 }
 
 // NewCore returns a standby core for key that will poll first at now. rnd
@@ -396,10 +391,7 @@ func (c *Core) toStandby(now time.Duration) {
 	c.haveBase = false
 	c.ambig = false
 	c.streak = 0
-	c.holdUntil = ended + c.cfg.LeaseTTL - c.cfg.FenceAfter
-	if c.fenceMode == hook.FenceNoHold {
-		c.holdUntil = now
-	}
+	c.holdUntil = c.mutHold(now, ended+c.cfg.LeaseTTL-c.cfg.FenceAfter)
 	c.nextAcquire = max(now, c.holdUntil)
 }
 
@@ -479,10 +471,7 @@ func (c *Core) setBase(now time.Duration, row Row, ver int64, s *Step) {
 // on this one (docs/lease-protocol.md). A row without timing (an older
 // binary) is judged by this node's own lease_ttl.
 func (c *Core) takeoverWait(t RowTiming) time.Duration {
-	if c.fenceMode == hook.OwnTTLOnly {
-		return c.cfg.LeaseTTL
-	}
-	return max(c.cfg.LeaseTTL, t.LeaseTTL)
+	return c.mutWait(max(c.cfg.LeaseTTL, t.LeaseTTL))
 }
 
 // noteTiming reports a change of the timing other owners' rows carry.
@@ -571,13 +560,7 @@ func (c *Core) renewDelay() time.Duration {
 }
 
 func (c *Core) fenceFrom(sent, now time.Duration) time.Duration {
-	switch c.fenceMode {
-	case hook.FenceNever:
-		return Never
-	case hook.FenceFromResponse:
-		return now + c.cfg.FenceAfter
-	}
-	return sent + c.cfg.FenceAfter
+	return c.mutFence(now, sent+c.cfg.FenceAfter)
 }
 
 func (c *Core) becomeOwner(now, sent time.Duration, ver int64, s *Step) {
@@ -642,7 +625,7 @@ func (c *Core) onAuthRead(now time.Duration, r Result, s *Step) {
 			// sent since ambigSince landed. Adopt its revision; it was
 			// sent no earlier than ambigSince.
 			c.rev = r.Version
-			if c.ambig && c.fenceMode == hook.FenceCorrect && c.ambigSince > c.okSent {
+			if c.ambig && !c.mut.on() && c.ambigSince > c.okSent {
 				c.okSent, c.deadline = c.ambigSince, c.ambigSince+c.cfg.FenceAfter
 			}
 			c.ambig, c.streak = false, 0

@@ -12,6 +12,7 @@ package leasesim
 
 import (
 	"container/heap"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -37,7 +38,9 @@ const (
 // Options select one simulation.
 type Options struct {
 	Seed uint64
-	// FenceMode breaks the self-fence on purpose (test switch).
+	// FenceMode breaks the self-fence on purpose (test switch). Only a
+	// build with -tags leasemutants has the broken modes; any other build
+	// refuses a mode but FenceCorrect (ErrNoMutants).
 	FenceMode int
 	// Trace, when set, receives one line per simulated step.
 	Trace io.Writer
@@ -260,8 +263,15 @@ type sim struct {
 	odMax, relMax int64
 }
 
+// ErrNoMutants reports a broken FenceMode asked of a build without
+// -tags leasemutants, whose lease.Core has no broken mode.
+var ErrNoMutants = errors.New("leasesim: fence modes other than FenceCorrect need -tags leasemutants")
+
 // Run simulates one seed and returns its statistics, or a *Failure.
 func Run(o Options) (Stats, error) {
+	if o.FenceMode != FenceCorrect && hook.SetFenceMode == nil {
+		return Stats{}, fmt.Errorf("%w (fence mode %d)", ErrNoMutants, o.FenceMode)
+	}
 	s := &sim{o: o, rnd: rand.New(rand.NewPCG(o.Seed, 0x1ea5eb1d6e))}
 	if err := s.setup(); err != nil {
 		return s.stats, err

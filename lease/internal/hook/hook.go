@@ -1,6 +1,7 @@
 // Package hook lets the lease simulation switch a Core into deliberately
-// broken modes, to prove the simulation catches them. Production code never
-// calls it.
+// broken modes, to prove the simulation catches them. Only a build with
+// -tags leasemutants installs SetFenceMode (lease/mutants_on.go); in any
+// other build it is nil and no Core has a broken mode to switch to.
 package hook
 
 // Modes for SetFenceMode: the correct core and deliberately broken ones.
@@ -13,5 +14,5 @@ const (
 )
 
 // SetFenceMode sets the fence mode of a *lease.Core; installed by package
-// lease.
+// lease when built with -tags leasemutants, nil otherwise.
 var SetFenceMode func(core any, mode int)
