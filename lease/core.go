@@ -46,6 +46,11 @@ type Result struct {
 	Row     Row
 	Version int64
 	Err     error
+	// Sent, for an Op carried in a batch (Renewer), is when the batch
+	// call began on the core's clock: later than the Op was issued, and no
+	// later than the request that carried it was sent. Done anchors the
+	// renew's fence deadline there. Zero: the Op was sent when issued.
+	Sent time.Duration
 }
 
 // EventKind names a change of ownership, or of what a standby knows
@@ -195,6 +200,10 @@ type Core struct {
 	// fed: a RowSource reads the row for this core (Feed); the core
 	// never issues its own Acquire read.
 	fed bool
+	// batched: a Renewer renews this owner in batches (RenewNow), before
+	// the core's own renew timer, which then waits the longest admitted
+	// delay.
+	batched bool
 
 	// deferOn: this standby is not the desired taker of a row owned by
 	// deferOwner ("" for a free row) and waits TakeoverDeferral longer.
@@ -240,6 +249,31 @@ func (c *Core) Pending() bool { return c.pending != pNone }
 // Every other call (compare-and-swap, renew, authoritative read, release)
 // it still issues itself.
 func (c *Core) SetFed(on bool) { c.fed = on }
+
+// SetBatched says whether a Renewer renews this core's row in batches
+// (RenewNow). The core's own renew timer stays as the upper bound and
+// waits renew_interval + lease_renew_jitter/2 after a renew round ends,
+// the longest delay admission's self-fence inequality allows: the
+// renewer's ticks, no further apart than that, come first, so the core
+// renews alone only when a batch missed it. Renewing earlier than the
+// timer is always safe, and admission's arithmetic is unchanged.
+func (c *Core) SetBatched(on bool) { c.batched = on }
+
+// RenewNow issues an owner's renew now, ahead of its timer, for a
+// Renewer's batch, and reports whether it did: only an owner with no call
+// outstanding and no release asked for renews. Otherwise it is Tick.
+// The renew is an Op like any other; its Result's Sent is when the batch
+// call began.
+func (c *Core) RenewNow(now time.Duration) (Step, bool) {
+	var s Step
+	c.fenceCheck(now, &s)
+	renew := c.state == StateOwner && c.pending == pNone && !c.releaseWanted
+	if renew {
+		c.issue(now, pRenew, Op{Kind: OpCAS, Expect: c.rev, Row: c.myRow(c.epoch), Deadline: now + c.cfg.RenewCallTimeout}, &s)
+	}
+	c.next(now, &s)
+	return s, renew
+}
 
 // Defer tells a standby whether it is the desired taker of a row owned
 // by owner ("" for a free row: missing or released). With on, it takes
@@ -323,7 +357,7 @@ func (c *Core) Done(now time.Duration, r Result) Step {
 		panic("lease: Core.Done without an outstanding op")
 	}
 	c.pending = pNone
-	sent := c.sentAt
+	sent := max(c.sentAt, r.Sent)
 	c.fenceCheck(now, &s)
 
 	switch p {
@@ -556,6 +590,9 @@ func (c *Core) endAcquire(now time.Duration) {
 
 func (c *Core) renewDelay() time.Duration {
 	half := c.cfg.RenewJitter / 2
+	if c.batched {
+		return c.cfg.RenewInterval + half
+	}
 	return c.cfg.RenewInterval - half + time.Duration(c.rnd.Int64N(int64(2*half)+1))
 }
 

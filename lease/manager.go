@@ -37,6 +37,10 @@ type Options struct {
 	// bulk with the process's other standbys: one store read per poll for
 	// all of them. Nil: the manager reads its own row at every poll.
 	Rows *RowSource
+	// Renewer, when set, renews this manager's row as owner in batches
+	// with the process's other owners: a few store calls per renew round
+	// for all of them. Nil: the manager renews its own row alone.
+	Renewer *Renewer
 }
 
 // Manager runs one session's lease: it polls as a standby, takes the row
@@ -93,6 +97,7 @@ func NewManager(o Options) (*Manager, error) {
 		}
 		core.SetFed(true)
 	}
+	core.SetBatched(o.Renewer != nil)
 	return &Manager{o: o, clock: clock, core: core, release: make(chan chan error), poke: make(chan struct{}, 1), offer: make(chan VersionedRow, 1), done: make(chan struct{})}, nil
 }
 
@@ -108,84 +113,125 @@ func (m *Manager) Owner() *Owner {
 // completes (returning nil). Ending it cancels the owner context.
 //
 // Between calls the loop sleeps until the core's next instant (a renew,
-// the fence deadline, a poll), until a RowSource hands it its row, or
-// until the process's clock watcher reports a resume from suspend.
+// the fence deadline, a poll), until a RowSource hands it its row, until
+// a Renewer asks it to renew, or until the process's clock watcher
+// reports a resume from suspend.
 func (m *Manager) Run(ctx context.Context) error {
 	if m.started.Swap(true) {
 		return fmt.Errorf("%w: Run called twice for key %q", ErrInvalidConfig, m.o.Key)
 	}
 	defer close(m.done)
-	var feed <-chan rowFeed
-	var sub *rowSub
+	var l loop
 	if m.o.Rows != nil {
-		sub = m.o.Rows.subscribe(m.o.Key, m.o.Config)
-		defer sub.close()
-		feed = sub.ch
+		l.sub = m.o.Rows.subscribe(m.o.Key, m.o.Config)
+		defer l.sub.close()
+		l.feed = l.sub.ch
 	}
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	var reply chan error
+	if m.o.Renewer != nil {
+		l.ren = m.o.Renewer.subscribe(m.o.Config)
+		defer l.ren.close()
+		l.ask = l.ren.ask
+	}
+	l.timer = time.NewTimer(time.Hour)
+	defer l.timer.Stop()
 	step := m.core.Tick(m.clock())
 	for {
 		if d := m.deferral.Load(); d != nil {
 			m.core.Defer(d.owner, d.on)
 		}
-		m.apply(ctx, step, &reply)
+		m.apply(ctx, step, &l.reply)
 		if m.core.State() == StateStopped {
 			return nil
 		}
 		if step.Op.Kind != OpNone {
 			var err error
-			if step, err = m.perform(ctx, step.Op); err != nil {
+			if step, err = m.perform(ctx, step.Op, &l); err != nil {
 				return err
 			}
 			continue
 		}
-		if sub != nil {
-			sub.setWant(m.core.WantsFeed())
+		if l.sub != nil {
+			l.sub.setWant(m.core.WantsFeed())
 		}
-		var wake <-chan time.Time
-		if step.WakeAt != Never {
-			timer.Reset(max(step.WakeAt-m.clock(), 0))
-			wake = timer.C
+		if l.ren != nil {
+			l.ren.owned.Store(m.core.State() == StateOwner)
 		}
-		select {
-		case <-ctx.Done():
-			m.endOwner(ErrStopped)
-			return ctx.Err()
-		case <-wake:
-			step = m.core.Tick(m.clock())
-		case <-resumed():
-			step = m.core.Tick(m.clock())
-		case f := <-feed:
-			sub.setWant(false)
-			step = m.core.Feed(m.clock(), f.sent, f.r)
-		case <-m.poke:
-			step = m.core.PollNow(m.clock())
-			if m.o.Rows != nil {
-				// A fed standby's next Acquire is the row source's next
-				// bulk read: ask for it now.
-				m.o.Rows.ReadSoon()
-			}
-		case r := <-m.offer:
-			if sub != nil {
-				sub.setWant(false)
-			}
-			now := m.clock()
-			step = m.core.Feed(now, now, Result{Row: r.Row, Version: r.Version})
-		case reply = <-m.release:
-			m.endOwner(ErrReleased)
-			step = m.core.Release(m.clock())
+		var err error
+		if step, err = m.await(ctx, step, &l); err != nil {
+			return err
 		}
-		timer.Stop()
+	}
+}
+
+// loop is the state of one Run.
+type loop struct {
+	timer *time.Timer
+	reply chan error
+	feed  <-chan rowFeed
+	sub   *rowSub
+	ask   <-chan struct{}
+	ren   *renewSub
+	// batch: the Op the core issued is its renew for the renewer's batch.
+	batch bool
+}
+
+// await sleeps until the next thing to do and returns the core's step
+// for it; an error when ctx ended.
+func (m *Manager) await(ctx context.Context, step Step, l *loop) (Step, error) {
+	var wake <-chan time.Time
+	if step.WakeAt != Never {
+		l.timer.Reset(max(step.WakeAt-m.clock(), 0))
+		wake = l.timer.C
+	}
+	defer l.timer.Stop()
+	select {
+	case <-ctx.Done():
+		m.endOwner(ErrStopped)
+		return Step{}, ctx.Err()
+	case <-wake:
+		return m.core.Tick(m.clock()), nil
+	case <-resumed():
+		return m.core.Tick(m.clock()), nil
+	case f := <-l.feed:
+		l.sub.setWant(false)
+		return m.core.Feed(m.clock(), f.sent, f.r), nil
+	case <-l.ask:
+		step, l.batch = m.core.RenewNow(m.clock())
+		if !l.batch {
+			l.ren.skip()
+		}
+		return step, nil
+	case <-m.poke:
+		step = m.core.PollNow(m.clock())
+		if m.o.Rows != nil {
+			// A fed standby's next Acquire is the row source's next
+			// bulk read: ask for it now.
+			m.o.Rows.ReadSoon()
+		}
+		return step, nil
+	case r := <-m.offer:
+		if l.sub != nil {
+			l.sub.setWant(false)
+		}
+		now := m.clock()
+		return m.core.Feed(now, now, Result{Row: r.Row, Version: r.Version}), nil
+	case l.reply = <-m.release:
+		m.endOwner(ErrReleased)
+		return m.core.Release(m.clock()), nil
 	}
 }
 
 // perform makes the store call op and hands its result to the core.
-func (m *Manager) perform(ctx context.Context, op Op) (Step, error) {
+func (m *Manager) perform(ctx context.Context, op Op, l *loop) (Step, error) {
 	// An owner's compare-and-swap is its renew.
 	renew := op.Kind == OpCAS && m.core.State() == StateOwner
-	r := m.call(ctx, op)
+	var r Result
+	if l.batch {
+		l.batch = false
+		r = l.ren.renew(ctx, op)
+	} else {
+		r = m.call(ctx, op)
+	}
 	if ctx.Err() != nil {
 		m.endOwner(ErrStopped)
 		return Step{}, ctx.Err()

@@ -20,6 +20,7 @@ type MemStore struct {
 	rnd    *rand.Rand
 	writes map[string]int // landed writes per key, for tests
 	reads  int            // Read and ReadAuthoritative calls that took effect
+	calls  int            // write calls that took effect, a batch counting once
 }
 
 type memRow struct {
@@ -63,6 +64,14 @@ func (m *MemStore) Writes(key string) int {
 	return m.writes[key]
 }
 
+// WriteCalls reports how many write calls took effect: a
+// CompareAndSwapBatch counts once, whatever its number of rows.
+func (m *MemStore) WriteCalls() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.calls
+}
+
 // Reads reports how many single-row reads took effect.
 func (m *MemStore) Reads() int {
 	m.mu.Lock()
@@ -97,6 +106,9 @@ func (m *MemStore) call(ctx context.Context, key string, write bool, apply func(
 	if !drop {
 		m.mu.Lock()
 		apply()
+		if write {
+			m.calls++
+		}
 		m.mu.Unlock()
 	}
 	if drop || lose {
@@ -139,23 +151,12 @@ func (m *MemStore) ReadAuthoritative(ctx context.Context, key string) (Row, int6
 
 // CompareAndSwap implements Store.
 func (m *MemStore) CompareAndSwap(ctx context.Context, key string, expect int64, row Row) (int64, error) {
-	var ver int64
-	var conflict error
-	err := m.call(ctx, key, true, func() {
-		cur := m.rows[key]
-		if cur.ver != expect {
-			conflict = fmt.Errorf("%w: key %q at version %d, expected %d", ErrConflict, key, cur.ver, expect)
-			return
-		}
-		m.rev++
-		ver = m.rev
-		m.rows[key] = memRow{row: row, ver: ver}
-		m.writes[key]++
-	})
+	var r Result
+	err := m.call(ctx, key, true, func() { r = m.swap(key, expect, row) })
 	if err != nil {
 		return 0, err
 	}
-	return ver, conflict
+	return r.Version, r.Err
 }
 
 // Release implements Store.
@@ -163,4 +164,32 @@ func (m *MemStore) Release(ctx context.Context, key string, expect int64, row Ro
 	row.Owner, row.Node = "", ""
 	_, err := m.CompareAndSwap(ctx, key, expect, row)
 	return err
+}
+
+// CompareAndSwapBatch implements BatchSwapper under the fault knobs, as
+// one call: every swap lands or none does, and a lost response loses
+// every swap's.
+func (m *MemStore) CompareAndSwapBatch(ctx context.Context, swaps []Swap) ([]Result, error) {
+	out := make([]Result, len(swaps))
+	err := m.call(ctx, fmt.Sprintf("batch of %d", len(swaps)), true, func() {
+		for i, sw := range swaps {
+			out[i] = m.swap(sw.Key, sw.Expect, sw.Row)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// swap is one compare-and-swap, under m.mu.
+func (m *MemStore) swap(key string, expect int64, row Row) Result {
+	cur := m.rows[key]
+	if cur.ver != expect {
+		return Result{Err: fmt.Errorf("%w: key %q at version %d, expected %d", ErrConflict, key, cur.ver, expect)}
+	}
+	m.rev++
+	m.rows[key] = memRow{row: row, ver: m.rev}
+	m.writes[key]++
+	return Result{Version: m.rev}
 }

@@ -133,3 +133,29 @@ type PrefixReader interface {
 	// row. A missing key is a row that does not exist.
 	ReadPrefix(ctx context.Context, prefix string) (map[string]Result, error)
 }
+
+// Swap is one row of a batched compare-and-swap: write Row at Key if the
+// key's version is still Expect.
+type Swap struct {
+	Key    string
+	Expect int64
+	Row    Row
+}
+
+// BatchSwapper is a Store that can compare-and-swap many rows in one call.
+// A Renewer uses it so that an owner renews every row it holds in a few
+// store requests, not one per session. A store that cannot batch (one
+// whose API has no multi-object compare-and-swap) does not implement it,
+// and its owners keep renewing one row per call.
+type BatchSwapper interface {
+	// CompareAndSwapBatch applies every swap, each on its own compare: one
+	// swap's conflict does not stop the others. It returns one Result per
+	// swap, in order: the new version; an Err wrapping ErrConflict when
+	// that row's version differed and nothing was written to it; or any
+	// other Err when the request that carried the swap failed, so that it
+	// may or may not have landed, as with a failed CompareAndSwap. A store
+	// may split the swaps over several requests (etcd's limit on
+	// operations per transaction). An error for the whole call means the
+	// outcome of every swap is unknown.
+	CompareAndSwapBatch(ctx context.Context, swaps []Swap) ([]Result, error)
+}
