@@ -47,6 +47,7 @@ type member struct {
 	clientURL, peerURL string
 	initialCluster     string
 	tls                *TLSFiles
+	edit               func(*embed.Config) // StartEmbeddedWith's
 
 	mu   sync.Mutex
 	emb  *embed.Etcd
@@ -59,6 +60,19 @@ type member struct {
 func StartEmbedded(t testing.TB, n int) *Cluster {
 	t.Helper()
 	c := newCluster(t, n, "")
+	c.startAll()
+	return c
+}
+
+// StartEmbeddedWith starts an n-member cluster inside the test process,
+// with edit applied to each member's configuration before it starts: a
+// server limit under test, such as MaxTxnOps.
+func StartEmbeddedWith(t testing.TB, n int, edit func(*embed.Config)) *Cluster {
+	t.Helper()
+	c := newCluster(t, n, "")
+	for _, m := range c.members {
+		m.edit = edit
+	}
 	c.startAll()
 	return c
 }
@@ -307,6 +321,9 @@ func (m *member) startEmbedded() error {
 	cfg.UnsafeNoFsync = true
 	cfg.Logger = "zap"
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	if m.edit != nil {
+		m.edit(cfg)
+	}
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return err

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -42,6 +43,11 @@ type Config struct {
 	// CallTimeout bounds every call in addition to its context; it is the
 	// session's renew_call_timeout. Zero leaves the bound to the context.
 	CallTimeout time.Duration
+	// MaxTxnOps is the cluster's --max-txn-ops; zero means etcd's default,
+	// DefaultMaxTxnOps. A batch of renewals carries one row fewer per Txn.
+	// A server that refuses a Txn as too large makes the store halve it,
+	// so a wrong value costs one refused request, not a failed renewal.
+	MaxTxnOps int
 }
 
 // Sentinel errors.
@@ -61,6 +67,11 @@ type Store struct {
 
 	cmu    sync.Mutex
 	leases map[int64]*claimLease // by TTL in seconds, see claimLeaseOf
+
+	maxTxnOps  int
+	txns       atomic.Int64
+	bmu        sync.Mutex
+	rowsPerTxn int // rows per batch Txn, see batchRows
 }
 
 var (
@@ -98,7 +109,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		}
 		return nil, fmt.Errorf("%w: connect to %v: %w", lease.ErrUnavailable, redact.URLs(cfg.Endpoints), err)
 	}
-	return &Store{cli: cli, prefix: cfg.KeyPrefix, timeout: cfg.CallTimeout}, nil
+	return &Store{cli: cli, prefix: cfg.KeyPrefix, timeout: cfg.CallTimeout, maxTxnOps: cfg.MaxTxnOps}, nil
 }
 
 // Close stops keeping the claims' etcd leases alive (claims not released
