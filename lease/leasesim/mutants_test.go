@@ -69,3 +69,20 @@ func TestMutantSpread(t *testing.T) {
 	}
 	t.Logf("caught: %v", f)
 }
+
+// TestMutantBatched: with every node renewing in batches, each broken
+// fence mode is still caught.
+func TestMutantBatched(t *testing.T) {
+	for _, tc := range append([]struct {
+		name string
+		mode int
+	}{{"Never", FenceNever}}, subtleModes...) {
+		t.Run(tc.name, func(t *testing.T) {
+			f, _ := runSeedsWith(t, 2000, Options{Batch: BatchAll, FenceMode: tc.mode})
+			if f == nil {
+				t.Fatalf("broken mode %s passed 2000 seeds renewing in batches", tc.name)
+			}
+			t.Logf("caught: %v", f)
+		})
+	}
+}

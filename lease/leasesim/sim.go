@@ -60,7 +60,18 @@ type Options struct {
 	// ForgetDeferral breaks the spread budget on purpose (test switch):
 	// the liveness limits leave the takeover deferral out.
 	ForgetDeferral bool
+	// Batch makes nodes renew in batches (a simulated lease.Renewer):
+	// BatchHalf each node with probability 1/2, BatchAll every node.
+	// BatchOff (the default) renews per session, as seeds always did.
+	Batch int
 }
+
+// Values of Options.Batch.
+const (
+	BatchOff  = 0
+	BatchHalf = 1
+	BatchAll  = 2
+)
 
 // Failure is a violated assertion; its Seed replays it exactly.
 type Failure struct {
@@ -92,7 +103,10 @@ type Stats struct {
 	// budget, ReleaseLimit that budget: 2 poll boundaries + 2 calls.
 	MaxRelease   time.Duration
 	ReleaseLimit time.Duration
-	Timing       string
+	// Batches are the batch calls of batched nodes, BatchedRenews the
+	// renews they carried, BatchedNodes the nodes that batch.
+	Batches, BatchedRenews, BatchedNodes int
+	Timing                               string
 	// Mixed is true when the nodes' cadences differ.
 	Mixed bool
 }
@@ -154,6 +168,9 @@ type node struct {
 	// fed nodes read every row in one bulk read per poll (lease.RowSource)
 	// and feed their standbys from it; the others read per session.
 	fed bool
+	// batched nodes renew every row they own in one batch call per tick
+	// (lease.Renewer); the others renew per session.
+	batched bool
 }
 
 // local is the node's clock at real instant r: a fixed offset and a rate
@@ -240,6 +257,9 @@ type sim struct {
 	o     Options
 	rnd   *rand.Rand
 	brnd  *rand.Rand // the draws of bulk reads
+	rrnd  *rand.Rand // the draws of batched renewals
+	// collect, while set, takes the ops send is given into a batch.
+	collect *batch
 	srnd  *rand.Rand // the draws of takers (Options.Spread)
 	now   int64
 	seq   uint64
@@ -352,6 +372,15 @@ func (s *sim) setup() error {
 	for _, n := range s.nodes {
 		n.fed = s.o.AllFed || s.o.Seed%2 == 1 && s.brnd.IntN(2) == 0
 	}
+	// Batched renewals draw from their own source too: without them a
+	// seed replays as it did before they existed.
+	s.rrnd = rand.New(rand.NewPCG(s.o.Seed^0xba7c4, 0x4e3e))
+	for _, n := range s.nodes {
+		n.batched = s.o.Batch == BatchAll || s.o.Batch == BatchHalf && s.rrnd.IntN(2) == 0
+		if n.batched {
+			s.stats.BatchedNodes++
+		}
+	}
 	s.store = lease.NewMemStore()
 	for i := range ns {
 		s.keys = append(s.keys, fmt.Sprintf("s%d", i))
@@ -376,7 +405,7 @@ func (s *sim) setup() error {
 	}
 	s.tracef("setup seed=%d nodes=%d sessions=%d mixed=%v %s", s.o.Seed, nn, ns, s.stats.Mixed, s.stats.Timing)
 	for _, n := range s.nodes {
-		s.tracef("n%d fed=%v", n.id, n.fed)
+		s.tracef("n%d fed=%v batched=%v", n.id, n.fed, n.batched)
 	}
 	return nil
 }
@@ -489,6 +518,9 @@ func (s *sim) startNode(n *node) {
 	if n.fed {
 		s.bulkRead(n)
 	}
+	if n.batched {
+		s.nextRenewTick(n)
+	}
 }
 
 func (s *sim) startMgr(m *mgr) {
@@ -505,6 +537,7 @@ func (s *sim) startMgr(m *mgr) {
 		hook.SetFenceMode(core, s.o.FenceMode)
 	}
 	core.SetFed(m.n.fed)
+	core.SetBatched(m.n.batched)
 	m.core = core
 	s.handle(m, core.Tick(m.n.local(s.now)))
 }
@@ -641,6 +674,10 @@ func (s *sim) send(m *mgr, op lease.Op) {
 		s.handle(m, m.core.Done(n.local(s.now), r))
 	}
 	s.at(max(s.now, n.real(op.Deadline)), n, func() { done(lease.Result{Err: timeoutErr(op)}) })
+	if s.collect != nil {
+		s.collect.add(m, op, done)
+		return
+	}
 	s.tracef("n%d %s send %s expect=%d row=%+v", n.id, op.Key, op.Kind, op.Expect, op.Row)
 	if m.cut() || (s.drop > 0 && s.rnd.Float64() < s.drop) {
 		return

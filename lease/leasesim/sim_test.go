@@ -16,6 +16,10 @@ var (
 	flagSeeds = flag.Int("seeds", 10000, "number of seeds TestSeeds runs (short mode: 500)")
 	flagSeed  = flag.Int64("seed", -1, "replay one seed with a full trace (TestReplay)")
 	flagFed   = flag.Bool("all-fed", false, "TestReplay: every node reads in bulk")
+	flagBatch = flag.Int("batch", BatchOff, "TestReplay: 0 renew per session, 1 half the nodes batched, 2 every node batched")
+	// The issue's 10,000 seeds per batching mode take minutes on a shared
+	// machine; the default keeps `go test ./...` short.
+	flagBatchSeeds = flag.Int("batch-seeds", 1000, "seeds per batching mode of TestBatchedSeeds (short mode: 200)")
 	flagMode  = flag.Int("fence-mode", FenceCorrect, "fence mode for TestReplay (other than 0 only with -tags leasemutants): 0 correct, 1 never, 2 response-anchored, 3 no hold, 4 own lease_ttl only")
 )
 
@@ -147,7 +151,7 @@ func TestReplay(t *testing.T) {
 		t.Skip("pass -seed=N to replay a seed")
 	}
 	var b bytes.Buffer
-	st, err := Run(Options{Seed: uint64(*flagSeed), FenceMode: *flagMode, AllFed: *flagFed, Trace: &b})
+	st, err := Run(Options{Seed: uint64(*flagSeed), FenceMode: *flagMode, AllFed: *flagFed, Batch: *flagBatch, Trace: &b})
 	t.Log("\n" + b.String())
 	t.Logf("stats: %+v", st)
 	if err != nil {
@@ -172,6 +176,45 @@ func TestSpreadDeferralSafeAndBudgeted(t *testing.T) {
 	f, _ := runSeedsWith(t, 2000, Options{Spread: true, ForgetDeferral: true})
 	if f == nil || (f.Kind != "liveness" && f.Kind != "release") {
 		t.Fatalf("spread budgeted without its deferral: %v, want a liveness or release violation", f)
+	}
+	t.Logf("caught: %v", f)
+}
+
+// With batched renewals, on half the nodes (a fleet mixing both renew
+// paths, as during the upgrade that introduces them) and on every node:
+// no seed finds two owners or a takeover over its budget, the batches
+// carry the renews, and a fence interval that forgets the close bound is
+// still caught (mutants_test.go: the broken fences too).
+func TestBatchedSeeds(t *testing.T) {
+	n := *flagBatchSeeds
+	if testing.Short() && n == 1000 {
+		n = 200
+	}
+	for _, mode := range []struct {
+		name  string
+		batch int
+	}{{"HalfTheNodes", BatchHalf}, {"AllNodes", BatchAll}} {
+		t.Run(mode.name, func(t *testing.T) {
+			start := time.Now()
+			f, stats := runSeedsWith(t, n, Options{Batch: mode.batch})
+			if f != nil {
+				t.Fatalf("%v\nreplay: go test ./lease/leasesim -run TestReplay -seed=%d -batch=%d -v", f, f.Seed, mode.batch)
+			}
+			var batches, renews, nodes, takeovers, probes int
+			for _, s := range stats {
+				batches, renews, nodes = batches+s.Batches, renews+s.BatchedRenews, nodes+s.BatchedNodes
+				takeovers, probes = takeovers+s.Takeovers, probes+s.Probes
+			}
+			t.Logf("%d seeds in %v: %d batched nodes, %d batch calls carrying %d renews, %d takeovers, %d liveness probes",
+				n, time.Since(start).Round(time.Millisecond), nodes, batches, renews, takeovers, probes)
+			if batches == 0 || renews <= batches || probes == 0 {
+				t.Fatalf("batches %d, renews %d, probes %d: the batched path was not exercised", batches, renews, probes)
+			}
+		})
+	}
+	f, _ := runSeedsWith(t, 10000, Options{Batch: BatchAll, ForgetCloseBound: true})
+	if f == nil {
+		t.Fatal("batched, fencing at lease_ttl - clock_rate_margin passed 10000 seeds")
 	}
 	t.Logf("caught: %v", f)
 }
