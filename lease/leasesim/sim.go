@@ -254,17 +254,17 @@ type obligation struct {
 }
 
 type sim struct {
-	o     Options
-	rnd   *rand.Rand
-	brnd  *rand.Rand // the draws of bulk reads
-	rrnd  *rand.Rand // the draws of batched renewals
+	o    Options
+	rnd  *rand.Rand
+	brnd *rand.Rand // the draws of bulk reads
+	rrnd *rand.Rand // the draws of batched renewals
 	// collect, while set, takes the ops send is given into a batch.
 	collect *batch
-	srnd  *rand.Rand // the draws of takers (Options.Spread)
-	now   int64
-	seq   uint64
-	q     queue
-	store *lease.MemStore
+	srnd    *rand.Rand // the draws of takers (Options.Spread)
+	now     int64
+	seq     uint64
+	q       queue
+	store   *lease.MemStore
 	// The fleet's shortest and longest lease_ttl and call timeouts: they
 	// size the phases and the store latency.
 	lmin, lmax, cmin, cmax int64

@@ -20,7 +20,7 @@ var (
 	// The issue's 10,000 seeds per batching mode take minutes on a shared
 	// machine; the default keeps `go test ./...` short.
 	flagBatchSeeds = flag.Int("batch-seeds", 1000, "seeds per batching mode of TestBatchedSeeds (short mode: 200)")
-	flagMode  = flag.Int("fence-mode", FenceCorrect, "fence mode for TestReplay (other than 0 only with -tags leasemutants): 0 correct, 1 never, 2 response-anchored, 3 no hold, 4 own lease_ttl only")
+	flagMode       = flag.Int("fence-mode", FenceCorrect, "fence mode for TestReplay (other than 0 only with -tags leasemutants): 0 correct, 1 never, 2 response-anchored, 3 no hold, 4 own lease_ttl only")
 )
 
 // runSeeds runs seeds [0, n) on all CPUs and returns the first failure by
