@@ -96,6 +96,22 @@ func routesBySession(cfg *routes.Config) map[string][]*routes.Route {
 	return by
 }
 
+// sharedCalls returns what lets the process's managers share store
+// calls, when the store can: one bulk read per poll for all standbys, and
+// one batch of renewals per renew round for all owned rows. Nil for what
+// the store cannot do: each manager then reads or renews its own row.
+func sharedCalls(st lease.Store) (*lease.RowSource, *lease.Renewer) {
+	var rows *lease.RowSource
+	if pr, ok := st.(lease.PrefixReader); ok {
+		rows, _ = lease.NewRowSource(lease.RowSourceOptions{Store: pr}) // pr is not nil
+	}
+	var ren *lease.Renewer
+	if bs, ok := st.(lease.BatchSwapper); ok {
+		ren, _ = lease.NewRenewer(lease.RenewerOptions{Store: bs}) // bs is not nil
+	}
+	return rows, ren
+}
+
 // New builds a manager per admitted session; nothing is opened until Run.
 func New(o Options) (*Supervisor, error) {
 	if o.Built != nil && o.Built.Config() != o.Config {
@@ -103,11 +119,7 @@ func New(o Options) (*Supervisor, error) {
 	}
 	sv := &Supervisor{o: o, stepDown: make(chan stepDownRequest, 1), health: newStoreHealth(o)}
 	o.Metrics.Node.WithLabelValues(o.Node).Set(1)
-	// One bulk read per poll for all standbys, when the store can.
-	var rows *lease.RowSource
-	if pr, ok := o.Store.(lease.PrefixReader); ok {
-		rows, _ = lease.NewRowSource(lease.RowSourceOptions{Store: pr}) // pr is not nil
-	}
+	rows, ren := sharedCalls(o.Store)
 	byName := routesBySession(o.Config)
 	// Only the step-down thresholds are read from the sessions; they do not
 	// depend on the transports' bounds, which o.Reports already summed.
@@ -138,6 +150,7 @@ func New(o Options) (*Supervisor, error) {
 			Identity: o.Identity,
 			Config:   lease.ConfigFromReport(rep),
 			Rows:     rows,
+			Renewer:  ren,
 			OnEvent:  s.handle,
 			OnRenewFailure: func(err error) {
 				o.Metrics.RenewFailures.WithLabelValues(rep.Session).Inc()
