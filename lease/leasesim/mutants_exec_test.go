@@ -8,6 +8,10 @@ import (
 	"testing"
 )
 
+// mutantTests are the tests of mutants_test.go (built only with -tags
+// leasemutants); TestMutantsCaught requires each of them to pass.
+var mutantTests = []string{"TestMutantNeverFences", "TestMutantSubtle", "TestMutantBulkReads", "TestMutantSpread", "TestMutantBatched"}
+
 // TestMutantsCaught runs the mutant tests, which need a build with -tags
 // leasemutants, in a `go test` of this package with that tag, so that a
 // plain `go test ./...` (scripts/test) still proves every broken fence
