@@ -97,6 +97,14 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	if spec := os.Getenv(renewNodeEnv); spec != "" {
+		// A renew bench node started by BenchmarkRenewBatching.
+		if err := runRenewNode(spec); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	code := m.Run()
 	resultsMu.Lock()
 	n := len(runs)
@@ -354,6 +362,7 @@ func benchMarkdown(rs resultSet) string {
 	}
 
 	scaleSection(rs, w)
+	renewSection(rs, w)
 
 	w("## Raw results\n\nEvery repetition's final measurement.\n\n%s\n|---|---|---|---|---|---|---|\n", rawHeader)
 	for _, n := range names {

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -114,45 +113,13 @@ func runBenchNode(spec string) error {
 type benchNode struct {
 	cmd    *exec.Cmd
 	owners atomic.Int64
+	ticks  atomic.Int64 // renew rounds of a batched renew bench node
 	done   chan error
 }
 
 func startBenchNode(tb testing.TB, endpoint, prefix, name, mode string) *benchNode {
 	tb.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %s %s %d %s", nodeEnv, endpoint, prefix, name, manySessions, mode))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	n := &benchNode{cmd: cmd, done: make(chan error, 1)}
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if v, ok := strings.CutPrefix(sc.Text(), "owners "); ok {
-				k, _ := strconv.ParseInt(v, 10, 64)
-				n.owners.Store(k)
-			}
-		}
-		n.done <- cmd.Wait()
-	}()
-	tb.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-n.done:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-n.done
-		}
-	})
+	n, _ := startNodeProcess(tb, fmt.Sprintf("%s=%s %s %s %d %s", nodeEnv, endpoint, prefix, name, manySessions, mode))
 	return n
 }
 

@@ -38,6 +38,7 @@ type Renewer struct {
 	clock func() time.Duration
 	calls atomic.Int64
 	rows  atomic.Int64
+	ticks atomic.Int64
 
 	mu     sync.Mutex
 	rnd    *rand.Rand
@@ -82,6 +83,10 @@ func NewRenewer(o RenewerOptions) (*Renewer, error) {
 
 // Calls reports how many batch calls the renewer has made.
 func (r *Renewer) Calls() int64 { return r.calls.Load() }
+
+// Ticks reports how many ticks asked at least one owner to renew: the
+// renew rounds of the renewer's owners.
+func (r *Renewer) Ticks() int64 { return r.ticks.Load() }
 
 // Renews reports how many renews the renewer has sent in its batches.
 func (r *Renewer) Renews() int64 { return r.rows.Load() }
@@ -198,6 +203,9 @@ func (g *renewGroup) tick() {
 			g.asked[sub] = struct{}{}
 		default: // an earlier ask is still unread
 		}
+	}
+	if len(g.asked) > 0 {
+		g.ren.ticks.Add(1)
 	}
 	g.ren.mu.Unlock()
 	t := time.NewTimer(g.collectWait())
