@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -130,10 +131,17 @@ func (rn *renewNode) add(m *lease.Manager) {
 	rn.mu.Unlock()
 }
 
-// startRest starts the sessions outside [from, to) when "rest" arrives.
+// startRest starts the sessions outside [from, to) when "rest" arrives,
+// and answers "mem" with its Go heap and stacks in use.
 func (rn *renewNode) startRest(in io.Reader, n, from, to int, start func(int) error) error {
 	sc := bufio.NewScanner(in)
 	for sc.Scan() {
+		if sc.Text() == "mem" {
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			fmt.Printf("mem %d %d\n", ms.HeapInuse, ms.StackInuse)
+			continue
+		}
 		if sc.Text() != "rest" {
 			continue
 		}
@@ -201,32 +209,30 @@ var renewLayouts = []struct {
 	nodes int
 }{{"1x1000", 1}, {"3x1000", 3}}
 
-// renewPairs counts BenchmarkRenewBatching's repetitions, to alternate
-// which of the pair goes first.
-var renewPairs int
+// renewPairs counts each layout's repetitions, to alternate which of
+// the pair goes first.
+var renewPairs = map[string]int{}
 
 // BenchmarkRenewBatching measures what renewing costs an owner node, with
 // renews batched (a lease.Renewer per node) and, as the baseline in the
-// same run, per session: etcd Txn requests per renew round (the member's
-// grpc_server_handled_total; a round is one renew_interval), the owner
-// nodes' CPU and RSS, and the machine's load average beside them. Each
-// layout runs one baseline and one batched measurement per repetition,
-// alternating which goes first, so load that comes and goes hits both
-// alike. The etcd member is embedded in this process; the nodes are this
-// test binary re-executed. It runs once whatever b.N is.
+// same run, per session: etcd Txn requests per node and renew round (the
+// member's grpc_server_handled_total), the owner nodes' CPU, RSS, heap and
+// stacks, and the machine's load average beside them. Each repetition of
+// a layout measures one pair, baseline and batched, alternating which goes
+// first, so load that comes and goes hits both alike. The etcd member is
+// embedded in this process; the nodes are this test binary re-executed.
+// It runs once whatever b.N is.
 func BenchmarkRenewBatching(b *testing.B) {
 	etcd := testetcd.StartEmbedded(b, 1)
-	renewPairs++
-	modes := []string{"single", "batch"}
-	if renewPairs%2 == 0 {
-		modes = []string{"batch", "single"}
-	}
 	for _, layout := range renewLayouts {
 		b.Run(layout.name, func(b *testing.B) {
-			// One sub-benchmark per mode, so that each mode's nodes
-			// stop (its cleanup) before the other mode's start.
+			renewPairs[layout.name]++
+			modes := []string{"single", "batch"}
+			if renewPairs[layout.name]%2 == 0 {
+				modes = []string{"batch", "single"}
+			}
 			for _, mode := range modes {
-				b.Run(mode, func(b *testing.B) { renewBatching(b, etcd.Endpoints()[0], layout.name, layout.nodes, mode) })
+				renewBatching(b, etcd.Endpoints()[0], layout.name, layout.nodes, mode)
 			}
 		})
 	}
@@ -255,7 +261,10 @@ func renewBatching(b *testing.B, endpoint, layout string, nodes int, mode string
 			b.Fatal(err)
 		}
 	}
-	m := measureRenew(b, endpoint, cfg, ns)
+	m := measureRenew(b, endpoint, cfg, ns, ins)
+	for _, n := range ns {
+		n.stop() // before the other mode of the pair starts
+	}
 	m["nodes"], m["sessions"] = float64(nodes), manySessions
 	m["goal_txn_per_node_round"] = math.Ceil(float64(share) / float64(etcdstore.DefaultMaxTxnOps))
 	for _, k := range []string{"txn_per_node_round", "owner_cpu_pct", "owner_rss_MB", "load1"} {
@@ -267,7 +276,7 @@ func renewBatching(b *testing.B, endpoint, layout string, nodes int, mode string
 // measureRenew waits one renew round for the standbys to start, then
 // measures renewRounds renew_intervals: etcd Txn per node per renew round,
 // Range per renew_interval, and the nodes' mean CPU and RSS.
-func measureRenew(b *testing.B, endpoint string, cfg lease.Config, ns []*benchNode) map[string]float64 {
+func measureRenew(b *testing.B, endpoint string, cfg lease.Config, ns []*benchNode, ins []io.WriteCloser) map[string]float64 {
 	kv := func(method string) float64 {
 		v, err := metricSum(endpoint+"/metrics", "grpc_server_handled_total", `grpc_method="`+method+`"`, `grpc_service="etcdserverpb.KV"`)
 		if err != nil {
@@ -294,6 +303,7 @@ func measureRenew(b *testing.B, endpoint string, cfg lease.Config, ns []*benchNo
 	txn0, range0, ticks0, t0 := kv("Txn"), kv("Range"), ticks(), time.Now()
 	time.Sleep(renewRounds * cfg.RenewInterval)
 	txn1, range1, ticks1, el := kv("Txn"), kv("Range"), ticks(), time.Since(t0)
+	heap, stack := askMem(b, ns, ins)
 	var cpu time.Duration
 	var rss int64
 	for i, n := range ns {
@@ -325,8 +335,31 @@ func measureRenew(b *testing.B, endpoint string, cfg lease.Config, ns []*benchNo
 		"range_per_round":    (range1 - range0) / rounds,
 		"owner_cpu_pct":      100 * cpu.Seconds() / el.Seconds() / k,
 		"owner_rss_MB":       float64(rss) / (1 << 20) / k,
+		"owner_heap_MB":      heap / k,
+		"owner_stack_MB":     stack / k,
 		"load1":              (load0 + loadAvg(b)) / 2,
 	}
+}
+
+// askMem asks every node for its Go heap and stacks in use and returns
+// their sums, in MB.
+func askMem(b *testing.B, ns []*benchNode, ins []io.WriteCloser) (heap, stack float64) {
+	for i, n := range ns {
+		seq := n.memSeq.Load()
+		if _, err := io.WriteString(ins[i], "mem\n"); err != nil {
+			b.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for n.memSeq.Load() == seq {
+			if time.Now().After(deadline) {
+				b.Fatalf("node %d did not report its memory within 10s", i+1)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		heap += float64(n.heap.Load()) / (1 << 20)
+		stack += float64(n.stack.Load()) / (1 << 20)
+	}
+	return heap, stack
 }
 
 // loadAvg is the machine's one-minute load average.
@@ -366,6 +399,16 @@ func startNodeProcess(tb testing.TB, env string) (*benchNode, io.WriteCloser) {
 		tb.Fatal(err)
 	}
 	n := &benchNode{cmd: cmd, done: make(chan error, 1)}
+	n.stop = sync.OnceFunc(func() {
+		_ = in.Close()
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-n.done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-n.done
+		}
+	})
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
@@ -377,19 +420,17 @@ func startNodeProcess(tb testing.TB, env string) (*benchNode, io.WriteCloser) {
 				k, _ := strconv.ParseInt(v, 10, 64)
 				n.ticks.Store(k)
 			}
+			if v, ok := strings.CutPrefix(sc.Text(), "mem "); ok {
+				var h, st int64
+				_, _ = fmt.Sscan(v, &h, &st)
+				n.heap.Store(h)
+				n.stack.Store(st)
+				n.memSeq.Add(1)
+			}
 		}
 		n.done <- cmd.Wait()
 	}()
-	tb.Cleanup(func() {
-		_ = in.Close()
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-n.done:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-n.done
-		}
-	})
+	tb.Cleanup(n.stop)
 	return n, in
 }
 
@@ -407,26 +448,28 @@ func renewSection(rs resultSet, w func(string, ...any)) {
 	w("(reading in bulk). Over %.0f renew intervals it counts the member's Txn requests\n", first["window_s"]/first["renew_interval_s"])
 	w("(`grpc_server_handled_total`; only the owners' renewals write) per node and renew round (batched:\n")
 	w("one tick of the node's renewer, counted by the node; per session: one renew_interval, each session's\n")
-	w("mean renew period), and each node's CPU (user + system from `/proc`) and RSS at the end.\n")
+	w("mean renew period), and each node's CPU (user + system from `/proc`), its RSS and its Go heap and\n")
+	w("stacks in use at the end.\n")
 	w("**batched**: each node's owners share one\n")
 	w("`lease.Renewer`, as `failover` sets it up (one Txn per 127 rows per tick); **per session** (the\n")
 	w("baseline in the same run): each owner renews its own row. Baseline and batched run as a pair per\n")
 	w("repetition, alternating which goes first, and the machine's one-minute load average is recorded\n")
 	w("beside each. The goal is at most ceil(owned / 128) writes per node per round; failover's store\n")
 	w("health probe adds one count-only Range per heartbeat, no write.\n\n")
-	w("| fleet | renewing | etcd Txn per node per renew round (median of %d) | goal | owner CPU (%% of one core, per node) | owner RSS per node | load average |\n", n)
-	w("|---|---|---|---|---|---|---|\n")
+	w("| fleet | renewing | etcd Txn per node per renew round (median of %d) | goal | owner CPU (%% of one core, per node) | owner RSS per node | Go heap / stacks in use per node | load average |\n", n)
+	w("|---|---|---|---|---|---|---|---|\n")
 	for _, layout := range renewLayouts {
 		bat, _ := rs.metrics("renew/" + layout.name + "/batch")
 		one, _ := rs.metrics("renew/" + layout.name + "/single")
 		label := fmt.Sprintf("%d node%s x %.0f", layout.nodes, map[bool]string{true: "s"}[layout.nodes > 1], bat["sessions"])
-		w("| %s | per session (baseline) | %.1f | | %.2f %% | %.1f MB | %.1f |\n", label, one["txn_per_node_round"], one["owner_cpu_pct"], one["owner_rss_MB"], one["load1"])
+		w("| %s | per session (baseline) | %.1f | | %.2f %% | %.1f MB | %.1f MB / %.1f MB | %.1f |\n", label, one["txn_per_node_round"], one["owner_cpu_pct"], one["owner_rss_MB"],
+			one["owner_heap_MB"], one["owner_stack_MB"], one["load1"])
 		met := "met"
 		if bat["txn_per_node_round"] > bat["goal_txn_per_node_round"] {
 			met = "not met"
 		}
-		w("| %s | batched | %.1f | <= %.0f: %s | %.2f %% | %.1f MB | %.1f |\n", label, bat["txn_per_node_round"], bat["goal_txn_per_node_round"], met,
-			bat["owner_cpu_pct"], bat["owner_rss_MB"], bat["load1"])
+		w("| %s | batched | %.1f | <= %.0f: %s | %.2f %% | %.1f MB | %.1f MB / %.1f MB | %.1f |\n", label, bat["txn_per_node_round"], bat["goal_txn_per_node_round"], met,
+			bat["owner_cpu_pct"], bat["owner_rss_MB"], bat["owner_heap_MB"], bat["owner_stack_MB"], bat["load1"])
 	}
 	w("\nReproduce this section alone (written to a temporary file whose path the run prints):\n\n")
 	w("```sh\ngo test -run '^$' -bench RenewBatching -benchtime 1x -count 3 -timeout 30m ./bench/\n```\n\n")

@@ -114,7 +114,11 @@ type benchNode struct {
 	cmd    *exec.Cmd
 	owners atomic.Int64
 	ticks  atomic.Int64 // renew rounds of a batched renew bench node
-	done   chan error
+	// heap and stack are a renew bench node's last memory report (bytes
+	// in use), memSeq counts the reports.
+	heap, stack, memSeq atomic.Int64
+	stop                func() // ends the process, once
+	done                chan error
 }
 
 func startBenchNode(tb testing.TB, endpoint, prefix, name, mode string) *benchNode {
