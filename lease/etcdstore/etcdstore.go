@@ -23,6 +23,7 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/leasebridge/leasebridge/internal/redact"
 	"github.com/leasebridge/leasebridge/lease"
@@ -102,6 +103,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		Password:    cfg.Password,
 		Logger:      zap.NewNop(),
 		Context:     context.WithoutCancel(ctx),
+		DialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.ForceCodecV2(sendCodec{}))},
 	})
 	if err != nil {
 		if e := rpctypes.Error(err); e == rpctypes.ErrAuthFailed || e == rpctypes.ErrPermissionDenied {
