@@ -17,10 +17,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasebridge/leasebridge/failover"
 	"github.com/leasebridge/leasebridge/internal/testetcd"
 	"github.com/leasebridge/leasebridge/lease"
 	"github.com/leasebridge/leasebridge/lease/etcdstore"
+	"github.com/leasebridge/leasebridge/preflight"
 	"github.com/leasebridge/leasebridge/routes"
 )
 
@@ -50,7 +50,7 @@ func renewLease() (lease.Config, error) {
 	if err != nil {
 		return lease.Config{}, err
 	}
-	reps, errs := failover.Admit(rc, false)
+	reps, errs := preflight.Admit(rc, false)
 	if len(errs) > 0 {
 		return lease.Config{}, errs
 	}
