@@ -363,24 +363,7 @@ func (s *sim) setup() error {
 		s.odMax, s.relMax = max(s.odMax, od), max(s.relMax, rel)
 	}
 
-	// On odd seeds each node feeds its standbys from bulk reads with
-	// probability 1/2 (a fleet mixing both read paths, as during the
-	// upgrade that introduced them); even seeds read per session on every
-	// node. Bulk reads draw from their own source, so even seeds replay as
-	// they did before bulk reads existed.
-	s.brnd = rand.New(rand.NewPCG(s.o.Seed^0x5eed, 0xb01c))
-	for _, n := range s.nodes {
-		n.fed = s.o.AllFed || s.o.Seed%2 == 1 && s.brnd.IntN(2) == 0
-	}
-	// Batched renewals draw from their own source too: without them a
-	// seed replays as it did before they existed.
-	s.rrnd = rand.New(rand.NewPCG(s.o.Seed^0xba7c4, 0x4e3e))
-	for _, n := range s.nodes {
-		n.batched = s.o.Batch == BatchAll || s.o.Batch == BatchHalf && s.rrnd.IntN(2) == 0
-		if n.batched {
-			s.stats.BatchedNodes++
-		}
-	}
+	s.drawPaths()
 	s.store = lease.NewMemStore()
 	for i := range ns {
 		s.keys = append(s.keys, fmt.Sprintf("s%d", i))
@@ -408,6 +391,28 @@ func (s *sim) setup() error {
 		s.tracef("n%d fed=%v batched=%v", n.id, n.fed, n.batched)
 	}
 	return nil
+}
+
+// drawPaths draws which nodes read in bulk and which renew in batches.
+func (s *sim) drawPaths() {
+	// On odd seeds each node feeds its standbys from bulk reads with
+	// probability 1/2 (a fleet mixing both read paths, as during the
+	// upgrade that introduced them); even seeds read per session on every
+	// node. Bulk reads draw from their own source, so even seeds replay as
+	// they did before bulk reads existed.
+	s.brnd = rand.New(rand.NewPCG(s.o.Seed^0x5eed, 0xb01c))
+	for _, n := range s.nodes {
+		n.fed = s.o.AllFed || s.o.Seed%2 == 1 && s.brnd.IntN(2) == 0
+	}
+	// Batched renewals draw from their own source too: without them a
+	// seed replays as it did before they existed.
+	s.rrnd = rand.New(rand.NewPCG(s.o.Seed^0xba7c4, 0x4e3e))
+	for _, n := range s.nodes {
+		n.batched = s.o.Batch == BatchAll || s.o.Batch == BatchHalf && s.rrnd.IntN(2) == 0
+		if n.batched {
+			s.stats.BatchedNodes++
+		}
+	}
 }
 
 // drawScenario picks a shipped cadence, and half of the time scales it and
