@@ -29,10 +29,9 @@ type RenewerOptions struct {
 // row's version, and each core is handed its own row's outcome, anchored
 // at the instant the batch call began. Owners with different
 // renew_interval, lease_renew_jitter or renew_call_timeout tick in
-// separate groups. Ticks come uniformly every renew_interval ±
-// lease_renew_jitter/2, so never later than a core's own renew timer
-// (Core.SetBatched), which stays as the upper bound. Safe for concurrent
-// use.
+// separate groups. Ticks come uniformly within TickRange, a little
+// before a core's own renew timer (Core.SetBatched), which stays as the
+// upper bound. Safe for concurrent use.
 type Renewer struct {
 	o     RenewerOptions
 	clock func() time.Duration
@@ -231,17 +230,30 @@ func (g *renewGroup) answering() bool {
 // collectWait bounds how long a tick waits for the managers' answers:
 // every renew's call bound runs from its issue, so the wait comes out of
 // the first renew's renew_call_timeout.
-func (g *renewGroup) collectWait() time.Duration {
-	return min(g.cad.call/4, 50*time.Millisecond)
+func (g *renewGroup) collectWait() time.Duration { return collectWait(g.cad.call) }
+
+func collectWait(call time.Duration) time.Duration { return min(call/4, 50*time.Millisecond) }
+
+// TickRange is the range a Renewer draws the wait between its ticks from,
+// for owners of cfg: renew_interval ± lease_renew_jitter/2, moved earlier
+// by twice the wait for the owners' answers (min(renew_call_timeout/4,
+// 50ms)), so that a tick has asked and collected its owners' renews
+// before their own timers fire, renew_interval + lease_renew_jitter/2
+// after their last round, even when the process is slow to run it. It
+// never starts below half of renew_interval - lease_renew_jitter/2.
+func TickRange(cfg Config) (lo, hi time.Duration) {
+	half := cfg.RenewJitter / 2
+	early := 2 * collectWait(cfg.RenewCallTimeout)
+	lo = max(cfg.RenewInterval-half-early, (cfg.RenewInterval-half)/2)
+	return lo, max(cfg.RenewInterval+half-early, lo)
 }
 
-// tickWait draws the wait between ticks: uniform in renew_interval ±
-// lease_renew_jitter/2, never longer than a batched core's own timer.
+// tickWait draws the wait between ticks, uniform in TickRange.
 func (g *renewGroup) tickWait() time.Duration {
-	half := g.cad.jitter / 2
+	lo, hi := TickRange(Config{RenewInterval: g.cad.interval, RenewJitter: g.cad.jitter, RenewCallTimeout: g.cad.call})
 	g.ren.mu.Lock()
 	defer g.ren.mu.Unlock()
-	return g.cad.interval - half + time.Duration(g.ren.rnd.Int64N(int64(2*half)+1))
+	return lo + time.Duration(g.ren.rnd.Int64N(int64(hi-lo)+1))
 }
 
 // flush sends the renews handed in as one CompareAndSwapBatch, bounded by

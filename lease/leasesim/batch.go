@@ -25,11 +25,10 @@ func (b *batch) add(m *mgr, op lease.Op, done func(lease.Result)) {
 }
 
 // nextRenewTick schedules the node's next renewer tick: uniform in
-// renew_interval ± lease_renew_jitter/2 on the node's clock, as
-// lease.Renewer draws it.
+// lease.TickRange on the node's clock, as lease.Renewer draws it.
 func (s *sim) nextRenewTick(n *node) {
-	half := n.cfg.RenewJitter / 2
-	wait := n.cfg.RenewInterval - half + time.Duration(s.rrnd.Int64N(int64(2*half)+1))
+	lo, hi := lease.TickRange(n.cfg)
+	wait := lo + time.Duration(s.rrnd.Int64N(int64(hi-lo)+1))
 	s.at(max(s.now, n.real(n.local(s.now)+wait)), n, func() { s.renewTick(n) })
 }
 
