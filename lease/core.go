@@ -241,7 +241,6 @@ func (c *Core) Owner() (epoch uint64, deadline time.Duration, ok bool) {
 	return c.epoch, c.deadline, true
 }
 
-
 // SetFed switches the standby's Acquire read to Feed: the core stops
 // reading its row itself and acts on the bulk reads it is handed instead.
 // Every other call (compare-and-swap, renew, authoritative read, release)
