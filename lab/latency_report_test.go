@@ -1,0 +1,5 @@
+package lab
+
+import "testing"
+
+func writeLatencySection(t *testing.T, run *latencyRun) {}
