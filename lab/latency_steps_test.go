@@ -44,7 +44,10 @@ type latencyStep struct {
 	// Recovery, on a staircase's last step and on a jump, is from lifting
 	// the round trip to every session served again.
 	Recovery time.Duration
-	Errs     []string
+	// Outage, where Recovery is set, is the longest time a device got no
+	// request from the staircase's (or jump's) start to that recovery.
+	Outage time.Duration
+	Errs   []string
 }
 
 func (st *latencyStep) fail(format string, args ...any) {
@@ -90,11 +93,12 @@ func (f *latencyFleet) staircase(scope string, factors []float64) {
 	}
 	slow := f.slowNodes(scope)
 	var st *latencyStep
+	began := time.Now()
 	for _, x := range factors {
 		st = &latencyStep{Scope: scope, Factor: x}
 		f.step(st, slow)
 	}
-	f.heal(st, slow)
+	f.heal(st, slow, began)
 }
 
 // jump settles the fleet and adds x renew_call_timeout at once.
@@ -105,8 +109,9 @@ func (f *latencyFleet) jump(scope string, x float64) {
 	}
 	slow := f.slowNodes(scope)
 	st := &latencyStep{Scope: scope, Factor: x, Jump: true}
+	began := time.Now()
 	f.step(st, slow)
-	f.heal(st, slow)
+	f.heal(st, slow, began)
 }
 
 // step adds st's round trip to the slow nodes' store paths, holds it for
@@ -170,8 +175,10 @@ func delta(before, after float64) int {
 }
 
 // heal lifts the round trip and waits for every session to be served,
-// within the recovery budget of the lift.
-func (f *latencyFleet) heal(st *latencyStep, slow []*bridge) {
+// within the recovery budget of the lift; st's Outage is the longest time
+// a device went without a request from began (the staircase's or jump's
+// start) to then.
+func (f *latencyFleet) heal(st *latencyStep, slow []*bridge, began time.Time) {
 	if st == nil {
 		return
 	}
@@ -185,10 +192,12 @@ func (f *latencyFleet) heal(st *latencyStep, slow []*bridge) {
 	before := len(st.Errs)
 	f.waitServed(st, healed)
 	st.Recovery = time.Since(healed)
+	st.Outage, _ = f.deviceLogs(began, time.Now())
 	for _, e := range st.Errs[before:] {
 		f.t.Errorf("%s, %s, after the round trip was lifted: %s", f.prof.Name, st.label(), e)
 	}
-	f.t.Logf("%s: every session served %s after the round trip was lifted", st.label(), fs(st.Recovery))
+	f.t.Logf("%s: every session served %s after the round trip was lifted; longest time without service since the start %s",
+		st.label(), fs(st.Recovery), fs(st.Outage))
 }
 
 // sampleStore reads the slow nodes' leasebridge_lease_store_up until end:
@@ -238,24 +247,38 @@ func (f *latencyFleet) judgeTakeovers(st *latencyStep, before map[string]*bridge
 // witness reads every device's request log over the step: the longest time
 // without a request, and connections whose requests interleaved.
 func (f *latencyFleet) witness(st *latencyStep) {
+	var two []string
+	st.Idle, two = f.deviceLogs(st.From, st.To)
+	st.TwoClients = len(two)
+	for _, o := range two {
+		st.fail("two clients at a device: %s", o)
+	}
+}
+
+// deviceLogs reads every device's request log over [from, to]: the longest
+// time any device got no request (the window's ends count), and the pairs
+// of connections whose requests interleaved.
+func (f *latencyFleet) deviceLogs(from, to time.Time) (time.Duration, []string) {
+	var idle time.Duration
+	var two []string
 	for i, d := range f.devs {
 		var in []attributed
 		for _, r := range d.requestLog() {
-			if !r.At.Before(st.From) && !r.At.After(st.To) {
+			if !r.At.Before(from) && !r.At.After(to) {
 				in = append(in, r)
 			}
 		}
-		prev := st.From
+		prev := from
 		for _, r := range in {
-			st.Idle = max(st.Idle, r.At.Sub(prev))
+			idle = max(idle, r.At.Sub(prev))
 			prev = r.At
 		}
-		st.Idle = max(st.Idle, st.To.Sub(prev))
-		for _, o := range overlaps(summarise(in, st.To)) {
-			st.TwoClients++
-			st.fail("two clients at plc%d: %s", i+1, o)
+		idle = max(idle, to.Sub(prev))
+		for _, o := range overlaps(summarise(in, to)) {
+			two = append(two, fmt.Sprintf("plc%d: %s", i+1, o))
 		}
 	}
+	return idle, two
 }
 
 // countFences reads the processes' logs once every step is over (a line

@@ -37,12 +37,12 @@ const (
 var latencyFactors = []float64{0.1, 0.25, 0.5, 0.75, 1, 1.5, 2}
 
 // The default run's steps: one below renew_call_timeout and one above on
-// one node's path, one above on every node's, so `go test ./lab/` stays
+// each scope, and the jump on one node's path, so `go test ./lab/` stays
 // short; LEASEBRIDGE_LATENCY_FULL=1 (or LEASEBRIDGE_WRITE_DOCS=1) runs
-// latencyFactors on both scopes and the jumps.
+// latencyFactors on both scopes and both jumps.
 var (
 	defaultOne   = []float64{0.5, 1.5}
-	defaultEvery = []float64{1.5}
+	defaultEvery = []float64{0.75, 1.5}
 )
 
 // latencySessions is how many sessions the two processes share, each on its
@@ -176,7 +176,8 @@ func (f *latencyFleet) config(b *bridge) string {
 	return y.String()
 }
 
-// table runs the profile's staircases and jumps.
+// table runs the profile's staircases and jumps: the full table, or the
+// default run's steps.
 func (f *latencyFleet) table(full bool) {
 	one, every := defaultOne, defaultEvery
 	if full {
@@ -184,9 +185,9 @@ func (f *latencyFleet) table(full bool) {
 	}
 	f.staircase(scopeOne, one)
 	f.staircase(scopeEvery, every)
+	last := latencyFactors[len(latencyFactors)-1]
+	f.jump(scopeOne, last)
 	if full {
-		last := latencyFactors[len(latencyFactors)-1]
-		f.jump(scopeOne, last)
 		f.jump(scopeEvery, last)
 	}
 }
