@@ -34,6 +34,9 @@ type latencyStep struct {
 	// StoreDown of StoreSamples samples of the slow nodes'
 	// leasebridge_lease_store_up read 0.
 	StoreDown, StoreSamples int
+	// Base are the durations of writes to etcd sent straight to it during
+	// the step (-1: failed).
+	Base []time.Duration
 	// Idle is the longest time any session's device got no request.
 	Idle time.Duration
 	// Served is how many sessions were served when the step ended.
@@ -66,10 +69,30 @@ func (st *latencyStep) label() string {
 // line is the step's log line; fences are counted from the logs after the
 // last step.
 func (st *latencyStep) line() string {
-	return fmt.Sprintf("%s (%s on %s, owning %d): renew failures %d, takeovers %d, store down %d/%d, longest device idle %s, served %d, two clients %d, recovery %s, took %s",
-		st.label(), fs(st.Delay), strings.Join(st.Slow, ","), st.Owned, st.RenewFailures, st.Takeovers,
+	return fmt.Sprintf("%s (%s on %s, owning %d): etcd write %s, renew failures %d, takeovers %d, store down %d/%d, longest device idle %s, served %d, two clients %d, recovery %s, took %s",
+		st.label(), fs(st.Delay), strings.Join(st.Slow, ","), st.Owned, st.base(), st.RenewFailures, st.Takeovers,
 		st.StoreDown, st.StoreSamples, fs(st.Idle), st.Served, st.TwoClients, fs(st.Recovery), fs(st.To.Sub(st.From)))
 }
+
+// base is the step's straight etcd writes: median / max, and failures.
+func (st *latencyStep) base() string {
+	var ok []time.Duration
+	for _, d := range st.Base {
+		if d >= 0 {
+			ok = append(ok, d)
+		}
+	}
+	if len(ok) == 0 {
+		return "-"
+	}
+	s := fmt.Sprintf("%.0f / %.0f ms", ms(median(ok)), ms(maxDur(ok)))
+	if n := len(st.Base) - len(ok); n > 0 {
+		s += fmt.Sprintf(", %d failed", n)
+	}
+	return s
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // dwell is how long a step holds its round trip before it is judged: one
 // lease_ttl plus FenceAfter, so an owner whose every renew fails fences
@@ -200,10 +223,13 @@ func (f *latencyFleet) heal(st *latencyStep, slow []*bridge, began time.Time) {
 		st.label(), fs(st.Recovery), fs(st.Outage))
 }
 
-// sampleStore reads the slow nodes' leasebridge_lease_store_up until end:
-// the step's dwell.
+// sampleStore reads the slow nodes' leasebridge_lease_store_up until end
+// (the step's dwell), and times a write to etcd straight, not through any
+// proxy: the store's own part of every round trip, which the machine's
+// load moves.
 func (f *latencyFleet) sampleStore(st *latencyStep, slow []*bridge, end time.Time) {
 	for time.Now().Before(end) {
+		st.Base = append(st.Base, f.timeWrite())
 		for _, b := range slow {
 			if m, err := b.scrape(); err == nil {
 				st.StoreSamples++
@@ -216,6 +242,17 @@ func (f *latencyFleet) sampleStore(st *latencyStep, slow []*bridge, end time.Tim
 			return
 		}
 	}
+}
+
+// timeWrite times one write to etcd, sent straight to it (-1: it failed).
+func (f *latencyFleet) timeWrite() time.Duration {
+	ctx, cancel := context.WithTimeout(f.ctx, 2*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	if _, err := f.etcd.Put(ctx, f.prof.Prefix+"probe", t0.String()); err != nil {
+		return -1
+	}
+	return time.Since(t0)
 }
 
 // waitServed waits until every session is served, at most the recovery

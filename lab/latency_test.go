@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/leasebridge/leasebridge/admission"
 	"github.com/leasebridge/leasebridge/internal/testbin"
 	"github.com/leasebridge/leasebridge/internal/testetcd"
@@ -125,6 +127,8 @@ type latencyFleet struct {
 	nodes  []*bridge
 	report admission.Report
 	steps  []*latencyStep
+	// etcd is a client straight to the store, for timing its own writes.
+	etcd *clientv3.Client
 }
 
 // start brings the fleet up: one device per session, one mosquitto and one
@@ -133,6 +137,12 @@ func (f *latencyFleet) start(t *testing.T, members []string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	f.t, f.ctx = t, ctx
+	cli, err := clientv3.New(clientv3.Config{Endpoints: members, DialTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	f.etcd = cli
 	for range latencySessions {
 		f.devs = append(f.devs, startDevice(ctx, t))
 	}
