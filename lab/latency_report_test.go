@@ -144,11 +144,12 @@ type latencyFindings struct {
 	safe, broke float64
 }
 
-func (run *latencyRun) findings() latencyFindings {
+// findings are the staircases' over the given fleets together.
+func findings(fleets ...*latencyFleet) latencyFindings {
 	var out latencyFindings
 	for _, x := range latencyFactors {
 		ran, quiet := false, true
-		for _, f := range run.Profiles {
+		for _, f := range fleets {
 			for _, st := range f.steps {
 				if st.Jump || st.Factor != x || st.Owned == 0 {
 					continue
@@ -158,10 +159,10 @@ func (run *latencyRun) findings() latencyFindings {
 			}
 		}
 		switch {
-		case !ran:
-		case quiet && out.broke == 0:
+		case !ran || out.broke != 0:
+		case quiet:
 			out.safe = x
-		case !quiet && out.broke == 0:
+		default:
 			out.broke = x
 		}
 	}
@@ -169,21 +170,39 @@ func (run *latencyRun) findings() latencyFindings {
 }
 
 func (run *latencyRun) mdRule(w writef) {
-	fd := run.findings()
 	w("### Choosing renew_call_timeout\n\n")
+	for _, f := range run.Profiles {
+		fd := findings(f)
+		w("- %s timing: ", f.prof.Name)
+		if fd.safe > 0 {
+			w("quiet (no renew failure, fence or takeover) at every step up to %gx; ", fd.safe)
+		} else {
+			w("no step was quiet; ")
+		}
+		if fd.broke > 0 {
+			w("the first step that was not is %gx. ", fd.broke)
+		}
+		w("etcd's own writes took %s beside the steps (median / max).\n", baseOf(f))
+	}
+	fd := findings(run.Profiles...)
 	if fd.safe == 0 {
-		w("No step was free of renew failures, fences and takeovers in this run, so it gives no rule;\n")
-		w("see the tables.\n\n")
+		w("\nNo step was quiet at every timing in this run, so it gives no rule; see the tables.\n\n")
 		return
 	}
-	w("At every step up to %gx renew_call_timeout, at both timings and on one node's path or every\n", fd.safe)
-	w("node's, no renew failed, no owner fenced and no session moved. **Keep the lease store's worst\n")
-	w("round trip, as a bridge sees it (the network both ways plus etcd's own commit, its fsync\n")
-	w("included), below %g x renew_call_timeout**; put the other way, choose renew_call_timeout >= %.2f x\n", fd.safe, 1/fd.safe)
-	w("that round trip. The steps between %gx and the next are not measured.\n\n", fd.safe)
-	if fd.broke > 0 {
-		run.mdBreak(w, fd.broke)
+	w("\n**Keep the lease store's worst round trip, as a bridge sees it (the network both ways plus\n")
+	w("etcd's own commit, its fsync included), below %g x renew_call_timeout**; put the other way,\n", fd.safe)
+	w("choose renew_call_timeout >= %.2f x that round trip. The round trips between that step and the\n", 1/fd.safe)
+	w("next are not measured; the margin above it also absorbs the scheduling of a loaded machine,\n")
+	w("which the scaled timing's short renew_call_timeout feels most.\n\n")
+	for _, f := range run.Profiles {
+		if b := findings(f).broke; b > 0 {
+			f.mdBreak(w, b)
+		}
 	}
+	w("A slow node that lost its sessions stays a standby at the higher steps (it owns nothing, its\n")
+	w("`leasebridge_lease_store_up` reads 0); on every node's path service stays down until the round\n")
+	w("trip is lifted, and comes back within the *back after the lift* column. The jump rows show what\n")
+	w("a sudden change from none to the largest step costs.\n\n")
 	f := run.Profiles[0]
 	if obs, ok := termValue(f.report.OwnerDeath, "observation_calls"); ok {
 		w("A larger renew_call_timeout is not free: admission charges it in the owner-death budget (at the\n")
@@ -192,32 +211,39 @@ func (run *latencyRun) mdRule(w writef) {
 	}
 }
 
-// mdBreak describes what the first step with failures did, on each scope.
-func (run *latencyRun) mdBreak(w writef, x float64) {
-	w("At %gx the margin is gone:\n\n", x)
-	for _, f := range run.Profiles {
-		for _, st := range f.steps {
-			if st.Jump || st.Factor != x || st.Owned == 0 {
-				continue
-			}
-			w("- %s timing, %s: %d renew failures, %d fences, %d takeovers; the longest time without service at a\n", f.prof.Name, st.Scope,
-				st.RenewFailures, st.Fences, st.Takeovers)
-			w("  device was %s", fs(st.Idle))
-			switch {
-			case st.Scope == scopeOne && st.Served == latencySessions:
-				w(", and the other node served every session again (budget %s from the step).\n", fs(f.recoveryBudget()))
-			case st.Scope == scopeEvery:
-				w(" within the step; %d of %d sessions were served at its end: no node can renew or take over\n", st.Served, latencySessions)
-				w("  while every path is that slow.\n")
-			default:
-				w(".\n")
-			}
+// baseOf is the median and max of a fleet's straight etcd writes.
+func baseOf(f *latencyFleet) string {
+	var all []time.Duration
+	for _, st := range f.steps {
+		all = append(all, st.Base...)
+	}
+	return (&latencyStep{Base: all}).base()
+}
+
+// mdBreak describes what a fleet's first step with failures did, on each
+// scope.
+func (f *latencyFleet) mdBreak(w writef, x float64) {
+	w("At %gx, %s timing:\n\n", x, f.prof.Name)
+	for _, st := range f.steps {
+		if st.Jump || st.Factor != x || st.Owned == 0 {
+			continue
+		}
+		w("- %s: %d renew failures, %d fences, %d takeovers; the longest time without service at a\n", st.Scope,
+			st.RenewFailures, st.Fences, st.Takeovers)
+		w("  device was %s", fs(st.Idle))
+		switch {
+		case st.Scope == scopeOne && st.Served == latencySessions:
+			w(", and the other node served every session at the end of the step (budget %s from its start).\n", fs(f.recoveryBudget()))
+		case st.Scope == scopeEvery && st.Served == 0:
+			w(" within the step, and no session was served at its end: no node can renew or take over while\n")
+			w("  every path is that slow.\n")
+		case st.Scope == scopeEvery:
+			w(" within the step, and %d of %d sessions were served at its end.\n", st.Served, latencySessions)
+		default:
+			w(".\n")
 		}
 	}
-	w("\nA slow node that lost its sessions stays a standby at the higher steps (it owns nothing, its\n")
-	w("`leasebridge_lease_store_up` reads 0); on every node's path service stays down until the round\n")
-	w("trip is lifted, and comes back within the *back after the lift* column. The jump rows show what\n")
-	w("a sudden change from none to the largest step costs; compare them with the staircase's step at %gx.\n\n", x)
+	w("\n")
 }
 
 // termValue is the value of budget b's term name.
