@@ -232,8 +232,11 @@ func (f *latencyFleet) mdBreak(w writef, x float64) {
 			st.RenewFailures, st.Fences, st.Takeovers)
 		w("  device was %s", fs(st.Idle))
 		switch {
+		case st.Scope == scopeOne && st.Takeovers == 0 && st.Served == latencySessions:
+			w(", and every session stayed with its owner.\n")
 		case st.Scope == scopeOne && st.Served == latencySessions:
-			w(", and the other node served every session at the end of the step (budget %s from its start).\n", fs(f.recoveryBudget()))
+			w(", and every session was served at the end of the step, %d of them by the other node (budget\n", st.Takeovers)
+			w("  %s from the step's start).\n", fs(f.recoveryBudget()))
 		case st.Scope == scopeEvery && st.Served == 0:
 			w(" within the step, and no session was served at its end: no node can renew or take over while\n")
 			w("  every path is that slow.\n")
