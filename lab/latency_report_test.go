@@ -104,6 +104,7 @@ func factorList(xs []float64) string {
 
 func (f *latencyFleet) mdTable(w writef) {
 	w("### %s timing\n\n", f.prof.Name)
+	w("Load average %s when these steps began, %s when they ended.\n\n", f.loadStart, f.loadEnd)
 	w("| path slowed | round trip added | x renew_call_timeout | etcd write, straight (median / max) | sessions the slow path's node(s) owned | renew failures | fences | takeovers | store_up 0 | without service | served at the end | two clients | back after the lift (without service since the start) | result |\n")
 	w("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, st := range f.steps {

@@ -106,7 +106,9 @@ func TestStoreLatencyTable(t *testing.T) {
 		run.Profiles = append(run.Profiles, f)
 		t.Run(strings.ReplaceAll(p.Name, " ", ""), func(t *testing.T) {
 			f.start(t, etcd.Endpoints())
+			f.loadStart = loadAverage()
 			f.table(run.Full)
+			f.loadEnd = loadAverage()
 			f.finish()
 		})
 	}
@@ -127,6 +129,8 @@ type latencyFleet struct {
 	nodes  []*bridge
 	report admission.Report
 	steps  []*latencyStep
+	// load is the load average when the profile's steps began and ended.
+	loadStart, loadEnd string
 	// etcd is a client straight to the store, for timing its own writes.
 	etcd *clientv3.Client
 }
