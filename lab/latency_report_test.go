@@ -130,74 +130,78 @@ func (f *latencyFleet) mdTable(w writef) {
 	w("\n")
 }
 
-// quiet reports whether a step saw nothing: no renew failure, fence, lost
-// term or takeover.
-func (st *latencyStep) quiet() bool {
-	return st.RenewFailures == 0 && st.Fences == 0 && st.Lost == 0 && st.Takeovers == 0
-}
+// kept reports whether a step cost no service: no fence, lost term or
+// takeover. Renew failures alone may come and go.
+func (st *latencyStep) kept() bool { return st.Fences == 0 && st.Lost == 0 && st.Takeovers == 0 }
 
-// latencyFindings is what the staircases imply. A step counts only while
-// the slow path's node owned a session: above the step that moved them,
-// a slow standby says nothing about renewals.
-type latencyFindings struct {
-	// safe is the largest step up to which every counted step was quiet;
-	// broke the first counted step that was not (0: none).
-	safe, broke float64
-}
+// landed reports whether every renewal of the step succeeded.
+func (st *latencyStep) landed() bool { return st.RenewFailures == 0 }
 
-// findings are the staircases' over the given fleets together.
-func findings(fleets ...*latencyFleet) latencyFindings {
-	var out latencyFindings
+// counted reports whether a staircase step says something about
+// renewals: the slow path's node owned a session when it began (above the
+// step that moved them, a slow standby renews nothing).
+func (st *latencyStep) counted() bool { return !st.Jump && st.Owned > 0 }
+
+// upTo walks the staircases' steps over the given fleets together: last is
+// the largest step up to which every counted step held ok, first the
+// first counted step that did not (0: none).
+func upTo(ok func(*latencyStep) bool, fleets ...*latencyFleet) (last, first float64) {
 	for _, x := range latencyFactors {
-		ran, quiet := false, true
+		ran, held := false, true
 		for _, f := range fleets {
 			for _, st := range f.steps {
-				if st.Jump || st.Factor != x || st.Owned == 0 {
-					continue
+				if st.counted() && st.Factor == x {
+					ran = true
+					held = held && ok(st)
 				}
-				ran = true
-				quiet = quiet && st.quiet()
 			}
 		}
 		switch {
-		case !ran || out.broke != 0:
-		case quiet:
-			out.safe = x
+		case !ran || first != 0:
+		case held:
+			last = x
 		default:
-			out.broke = x
+			first = x
 		}
 	}
-	return out
+	return last, first
 }
 
 func (run *latencyRun) mdRule(w writef) {
 	w("### Choosing renew_call_timeout\n\n")
 	for _, f := range run.Profiles {
-		fd := findings(f)
-		w("- %s timing: ", f.prof.Name)
-		if fd.safe > 0 {
-			w("quiet (no renew failure, fence or takeover) at every step up to %gx; ", fd.safe)
-		} else {
-			w("no step was quiet; ")
+		clean, fail := upTo((*latencyStep).landed, f)
+		safe, broke := upTo((*latencyStep).kept, f)
+		w("- %s timing: every renewal landed up to %gx", f.prof.Name, clean)
+		if fail > 0 {
+			w(" (the first failed at %gx)", fail)
 		}
-		if fd.broke > 0 {
-			w("the first step that was not is %gx. ", fd.broke)
+		w("; no owner fenced and no session moved up to %gx", safe)
+		if broke > 0 {
+			w(" (the first fence or takeover at %gx)", broke)
 		}
-		w("etcd's own writes took %s beside the steps (median / max).\n", baseOf(f))
+		w("; etcd's own writes took %s beside the steps (median / max).\n", baseOf(f))
 	}
-	fd := findings(run.Profiles...)
-	if fd.safe == 0 {
-		w("\nNo step was quiet at every timing in this run, so it gives no rule; see the tables.\n\n")
+	safe, _ := upTo((*latencyStep).kept, run.Profiles...)
+	if safe == 0 {
+		w("\nAt no step did every owner keep its sessions at every timing in this run, so it gives no\n")
+		w("rule; see the tables.\n\n")
 		return
 	}
-	w("\n**Keep the lease store's worst round trip, as a bridge sees it (the network both ways plus\n")
-	w("etcd's own commit, its fsync included), below %g x renew_call_timeout**; put the other way,\n", fd.safe)
-	w("choose renew_call_timeout >= %.2f x that round trip. The round trips between that step and the\n", 1/fd.safe)
-	w("next are not measured; the margin above it also absorbs the scheduling of a loaded machine,\n")
-	w("which the scaled timing's short renew_call_timeout feels most.\n\n")
+	w("\n**Keep the lease store's round trip, as a bridge sees it (the network both ways plus etcd's\n")
+	w("own commit, its fsync included), below %g x renew_call_timeout**; put the other way, choose\n", safe)
+	w("renew_call_timeout >= %.2f x that round trip. Up to that step no owner fenced and no session\n", 1/safe)
+	w("moved at either timing.")
+	if n := failuresUpTo(safe, run.Profiles); n > 0 {
+		w(" %d renewals failed on the way: the machine's own latency (scheduling, etcd's\n", n)
+		w("writes) comes on top of the added round trip, and the scaled timing's short renew_call_timeout\n")
+		w("feels it most. Each cost no service, since a later renew landed before the owner's fence\n")
+		w("deadline; they are what `LeasebridgeRenewFailures` and `LeasebridgeLeaseStoreSlow` watch.")
+	}
+	w(" The round trips between that step and the next are not measured.\n\n")
 	for _, f := range run.Profiles {
-		if b := findings(f).broke; b > 0 {
-			f.mdBreak(w, b)
+		if _, broke := upTo((*latencyStep).kept, f); broke > 0 {
+			f.mdBreak(w, broke)
 		}
 	}
 	w("A slow node that lost its sessions stays a standby at the higher steps (it owns nothing, its\n")
@@ -212,6 +216,19 @@ func (run *latencyRun) mdRule(w writef) {
 	}
 }
 
+// failuresUpTo counts the renew failures of the counted steps up to x.
+func failuresUpTo(x float64, fleets []*latencyFleet) int {
+	n := 0
+	for _, f := range fleets {
+		for _, st := range f.steps {
+			if st.counted() && st.Factor <= x {
+				n += st.RenewFailures
+			}
+		}
+	}
+	return n
+}
+
 // baseOf is the median and max of a fleet's straight etcd writes.
 func baseOf(f *latencyFleet) string {
 	var all []time.Duration
@@ -221,12 +238,12 @@ func baseOf(f *latencyFleet) string {
 	return (&latencyStep{Base: all}).base()
 }
 
-// mdBreak describes what a fleet's first step with failures did, on each
-// scope.
+// mdBreak describes what a fleet's first step with a fence or takeover
+// did, on each scope.
 func (f *latencyFleet) mdBreak(w writef, x float64) {
 	w("At %gx, %s timing:\n\n", x, f.prof.Name)
 	for _, st := range f.steps {
-		if st.Jump || st.Factor != x || st.Owned == 0 {
+		if !st.counted() || st.Factor != x {
 			continue
 		}
 		w("- %s: %d renew failures, %d fences, %d takeovers; the longest time without service at a\n", st.Scope,
