@@ -193,9 +193,9 @@ func (run *latencyRun) mdRule(w writef) {
 	w("renew_call_timeout >= %.2f x that round trip. Up to that step no owner fenced and no session\n", 1/safe)
 	w("moved at either timing.")
 	if n := failuresUpTo(safe, run.Profiles); n > 0 {
-		w(" %d renewals failed on the way: the machine's own latency (scheduling, etcd's\n", n)
+		w(" %s failed on the way: the machine's own latency (scheduling, etcd's\n", plural(n, "renewal"))
 		w("writes) comes on top of the added round trip, and the scaled timing's short renew_call_timeout\n")
-		w("feels it most. Each cost no service, since a later renew landed before the owner's fence\n")
+		w("feels it most. None cost service, since a later renew landed before the owner's fence\n")
 		w("deadline; they are what `LeasebridgeRenewFailures` and `LeasebridgeLeaseStoreSlow` watch.")
 	}
 	w(" The round trips between that step and the next are not measured.\n\n")
@@ -214,6 +214,14 @@ func (run *latencyRun) mdRule(w writef) {
 		w("%s timing its observation_calls term is %s of %s), and `leasebridge admit` prints the budget\n", f.prof.Name, fs(obs), fs(f.report.OwnerDeath.Total))
 		w("for the value chosen. What to watch and alert on: [operations.md](operations.md#lease-store-latency).\n\n")
 	}
+}
+
+// plural is "1 fence", "2 fences".
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
 
 // failuresUpTo counts the renew failures of the counted steps up to x.
@@ -246,8 +254,8 @@ func (f *latencyFleet) mdBreak(w writef, x float64) {
 		if !st.counted() || st.Factor != x {
 			continue
 		}
-		w("- %s: %d renew failures, %d fences, %d takeovers; the longest time without service at a\n", st.Scope,
-			st.RenewFailures, st.Fences, st.Takeovers)
+		w("- %s: %s, %s, %s; the longest time without service at a\n", st.Scope,
+			plural(st.RenewFailures, "renew failure"), plural(st.Fences, "fence"), plural(st.Takeovers, "takeover"))
 		w("  device was %s", fs(st.Idle))
 		switch {
 		case st.Scope == scopeOne && st.Takeovers == 0 && st.Served == latencySessions:

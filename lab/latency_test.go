@@ -53,9 +53,12 @@ const latencySessions = 3
 
 // clusteredScale divides the clustered profile's timing: its lease_ttl
 // 45s, renew_interval 10s, jitter 1s, renew_call_timeout 3s,
-// acquire_poll_interval 5s and step_down_grace 5s become 2.25s, 500ms,
-// 50ms, 150ms, 250ms and 250ms, the same ratios with a step of seconds.
-const clusteredScale = 20
+// acquire_poll_interval 5s and step_down_grace 5s become 4.5s, 1s, 100ms,
+// 300ms, 500ms and 500ms, the same ratios with a step of seconds. A larger
+// divisor would shorten the steps, but the machine's own latency spikes
+// (scheduling, etcd's writes: up to a few hundred ms on a loaded 2-core
+// machine) would weigh ever more against the scaled renew_call_timeout.
+const clusteredScale = 10
 
 // latencyProfile is one timing the table runs at.
 type latencyProfile struct {
