@@ -89,8 +89,9 @@ func (run *latencyRun) mdIntro(w writef) {
 	w("that read 0; *without service* is the longest time any session's device logged no request during\n")
 	w("the step (its own request log; a poll every 50 ms is the floor); *two clients* counts pairs of\n")
 	w("connections whose requests interleaved in a device's log (asserted 0); *back after the lift* is\n")
-	w("from lifting the round trip to every session served, and beside it the longest time without\n")
-	w("service from the staircase's or jump's start, held to FenceAfter + owner-death budget.\n\n")
+	w("from lifting the round trip to every session served, held to FenceAfter + the owner-death\n")
+	w("budget, and *in all* the longest time without service at a device from the staircase's (or\n")
+	w("jump's) first step to then.\n\n")
 }
 
 // factorList prints factors as "0.5x, 1.5x".
@@ -105,7 +106,7 @@ func factorList(xs []float64) string {
 func (f *latencyFleet) mdTable(w writef) {
 	w("### %s timing\n\n", f.prof.Name)
 	w("Load average %s when these steps began, %s when they ended.\n\n", f.loadStart, f.loadEnd)
-	w("| path slowed | round trip added | x renew_call_timeout | etcd write, straight (median / max) | sessions the slow path's node(s) owned | renew failures | fences | takeovers | store_up 0 | without service | served at the end | two clients | back after the lift (without service since the start) | result |\n")
+	w("| path slowed | round trip added | x renew_call_timeout | etcd write, straight (median / max) | sessions the slow path's node(s) owned | renew failures | fences | takeovers | store_up 0 | without service | served at the end | two clients | back after the lift | result |\n")
 	w("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, st := range f.steps {
 		scope := st.Scope
@@ -118,7 +119,7 @@ func (f *latencyFleet) mdTable(w writef) {
 		}
 		back := "-"
 		if st.Recovery > 0 {
-			back = fmt.Sprintf("%s (%s); budget %s", fs(st.Recovery), fs(st.Outage), fs(f.recoveryBudget()))
+			back = fmt.Sprintf("%s (budget %s); without service %s in all", fs(st.Recovery), fs(f.recoveryBudget()), fs(st.Outage))
 		}
 		result := "ok"
 		if len(st.Errs) > 0 {

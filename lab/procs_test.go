@@ -268,12 +268,12 @@ func (b *bridge) status() (failover.SessionStatus, bool) {
 
 // logLine is the part of a JSON log line the lab reads.
 type logLine struct {
-	Time    time.Time `json:"time"`
-	Msg     string    `json:"msg"`
-	Epoch   uint64    `json:"epoch"`
-	Cause   string    `json:"cause"`
-	Session string    `json:"session"`
-	Event   string    `json:"event"`
+	Time  time.Time `json:"time"`
+	Msg   string    `json:"msg"`
+	Epoch uint64    `json:"epoch"`
+	Cause string    `json:"cause"`
+	// Event is an "ownership ended" line's kind (fenced, lost).
+	Event string `json:"event"`
 }
 
 // logEvents returns the slot's log lines with message msg, in order. It
