@@ -55,8 +55,10 @@ func (run *latencyRun) mdIntro(w writef) {
 	w("node's path the step then also waits until every session is served again. The test fails when\n")
 	w("two connections' requests interleave at any device, or when a session is not served again\n")
 	w("within FenceAfter + the owner-death budget admission computed, after the round trip was added\n")
-	w("(one node) or lifted (every node).\n\n")
-	which := fmt.Sprintf("the default run's steps (%s on one node's path, %s on every node's, one jump on one node's path); `LEASEBRIDGE_LATENCY_FULL=1` runs the full table",
+	w("(one node) or lifted (every node). The full table ends with a *drop after a fence*: one node's\n")
+	w("path goes to %gx until that node has fenced every session it owned, then down to %gx, where its\n", downFrom, downTo)
+	w("renewals would land again; every session must then be served within the same budget.\n\n")
+	which := fmt.Sprintf("the default run's steps (%s on one node's path, %s on every node's, one jump on one node's path, no drop after a fence); `LEASEBRIDGE_LATENCY_FULL=1` runs the full table",
 		factorList(defaultOne), factorList(defaultEvery))
 	if run.Full {
 		which = "the full table (`LEASEBRIDGE_LATENCY_FULL=1`, or `LEASEBRIDGE_WRITE_DOCS=1`); `go test ./lab/` runs " +
@@ -110,8 +112,11 @@ func (f *latencyFleet) mdTable(w writef) {
 	w("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, st := range f.steps {
 		scope := st.Scope
-		if st.Jump {
+		switch {
+		case st.Jump:
 			scope += ", jump from none"
+		case st.DownFrom > 0:
+			scope += fmt.Sprintf(", down from %gx after its fence", st.DownFrom)
 		}
 		down := "-"
 		if st.StoreSamples > 0 {
@@ -184,6 +189,9 @@ func (run *latencyRun) mdRule(w writef) {
 		w("; etcd's own writes took %s beside the steps (median / max).\n", baseOf(f))
 	}
 	safe, _ := upTo((*latencyStep).kept, run.Profiles...)
+	if down := run.mdDown(w); down > 0 {
+		safe = min(safe, below(down))
+	}
 	if safe == 0 {
 		w("\nAt no step did every owner keep its sessions at every timing in this run, so it gives no\n")
 		w("rule; see the tables.\n\n")
@@ -215,6 +223,47 @@ func (run *latencyRun) mdRule(w writef) {
 		w("%s timing its observation_calls term is %s of %s), and `leasebridge admit` prints the budget\n", f.prof.Name, fs(obs), fs(f.report.OwnerDeath.Total))
 		w("for the value chosen. What to watch and alert on: [operations.md](operations.md#lease-store-latency).\n\n")
 	}
+}
+
+// mdDown describes the drops after a fence that did not get every session
+// served within the budget, and returns the smallest such factor (0:
+// none).
+func (run *latencyRun) mdDown(w writef) float64 {
+	var worst float64
+	for _, f := range run.Profiles {
+		for _, st := range f.steps {
+			if st.DownFrom == 0 || len(st.Errs) == 0 {
+				continue
+			}
+			if worst == 0 || st.Factor < worst {
+				worst = st.Factor
+			}
+			w("\n- %s timing, down to %gx from %gx after a fence: %d of %d sessions served at the end of the step;\n",
+				f.prof.Name, st.Factor, st.DownFrom, st.Served, latencySessions)
+			w("  the longest time without service was %s against the budget %s.\n", fs(st.Idle), fs(f.recoveryBudget()))
+		}
+	}
+	if worst == 0 {
+		return 0
+	}
+	w("\nA node that fenced re-takes its own row once its closing hold is over, with a read and a compare-and-swap that\n")
+	w("share one renew_call_timeout (`lease/core.go`). At %gx two round trips do not fit: the\n", worst)
+	w("compare-and-swap times out after it landed, the row's revision and epoch move, and the healthy\n")
+	w("standby, which takes a row over only once it stayed unchanged for lease_ttl, keeps waiting; until\n")
+	w("one re-take happens to fit, nobody serves. A standby's takeover of another owner's row shares the\n")
+	w("same renew_call_timeout between its read and its compare-and-swap.\n")
+	return worst
+}
+
+// below is the largest step of latencyFactors under x (0: none).
+func below(x float64) float64 {
+	var out float64
+	for _, y := range latencyFactors {
+		if y < x {
+			out = y
+		}
+	}
+	return out
 }
 
 // plural is "1 fence", "2 fences".

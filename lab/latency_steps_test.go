@@ -16,9 +16,12 @@ type latencyStep struct {
 	Scope  string
 	Factor float64 // the added round trip, in renew_call_timeout
 	// Jump is set when the round trip went from none to Delay at once; a
-	// staircase's step comes from the step below it.
-	Jump  bool
-	Delay time.Duration
+	// staircase's step comes from the step below it. DownFrom, when set,
+	// is the factor the round trip came down from after the slow node
+	// fenced its sessions.
+	Jump     bool
+	DownFrom float64
+	Delay    time.Duration
 	// Slow names the nodes whose store path carries Delay; Owned is how
 	// many sessions they owned when the step began.
 	Slow     []string
@@ -59,11 +62,13 @@ func (st *latencyStep) fail(format string, args ...any) {
 
 // label names the step in logs and errors.
 func (st *latencyStep) label() string {
-	kind := "step"
-	if st.Jump {
-		kind = "jump"
+	switch {
+	case st.Jump:
+		return fmt.Sprintf("jump %gx on %s", st.Factor, st.Scope)
+	case st.DownFrom > 0:
+		return fmt.Sprintf("down to %gx from %gx after a fence, on %s", st.Factor, st.DownFrom, st.Scope)
 	}
-	return fmt.Sprintf("%s %gx on %s", kind, st.Factor, st.Scope)
+	return fmt.Sprintf("step %gx on %s", st.Factor, st.Scope)
 }
 
 // line is the step's log line; fences are counted from the logs after the
@@ -135,6 +140,44 @@ func (f *latencyFleet) jump(scope string, x float64) {
 	began := time.Now()
 	f.step(st, slow)
 	f.heal(st, slow, began)
+}
+
+// downAfterFence settles the fleet, adds from x renew_call_timeout on one
+// node's path until that node has fenced every session it owned, then
+// lowers it to x, where its renewals would land again: every session must
+// be served within the recovery budget of the change, by whichever node.
+func (f *latencyFleet) downAfterFence(from, x float64) {
+	if err := f.settle(); err != nil {
+		f.t.Errorf("down after a fence: %v", err)
+		return
+	}
+	slow := f.slowNodes(scopeOne)
+	began := time.Now()
+	if err := slow[0].store.slow(time.Duration(from * float64(f.report.Timing.RenewCallTimeout))); err != nil {
+		f.t.Errorf("%s store path: %v", slow[0].name, err)
+		return
+	}
+	ctx, cancel := context.WithDeadline(f.ctx, began.Add(f.recoveryBudget()))
+	defer cancel()
+	if err := poll(ctx, func() bool { return f.ownedBy(slow[0]) == 0 }); err != nil {
+		f.t.Errorf("%s did not fence its sessions at %gx: %v", slow[0].name, from, err)
+		return
+	}
+	st := &latencyStep{Scope: scopeOne, Factor: x, DownFrom: from}
+	f.step(st, slow)
+	f.heal(st, slow, began)
+}
+
+// ownedBy is how many sessions b serves now.
+func (f *latencyFleet) ownedBy(b *bridge) int {
+	owners, _ := f.owners()
+	n := 0
+	for _, o := range owners {
+		if o == b {
+			n++
+		}
+	}
+	return n
 }
 
 // step adds st's round trip to the slow nodes' store paths, holds it for
@@ -400,16 +443,9 @@ func (f *latencyFleet) slowNodes(scope string) []*bridge {
 	if scope == scopeEvery {
 		return f.nodes
 	}
-	owners, _ := f.owners()
 	best, most := f.nodes[0], -1
 	for _, b := range f.nodes {
-		n := 0
-		for _, o := range owners {
-			if o == b {
-				n++
-			}
-		}
-		if n > most {
+		if n := f.ownedBy(b); n > most {
 			best, most = b, n
 		}
 	}

@@ -38,14 +38,23 @@ const (
 // latencyFactors are the steps of the full table, in renew_call_timeout.
 var latencyFactors = []float64{0.1, 0.25, 0.5, 0.75, 1, 1.5, 2}
 
-// The default run's steps: one below renew_call_timeout and one above on
-// each scope, and the jump on one node's path, so `go test ./lab/` stays
-// short; LEASEBRIDGE_LATENCY_FULL=1 (or LEASEBRIDGE_WRITE_DOCS=1) runs
-// latencyFactors on both scopes and both jumps.
+// The default run's steps: one well below renew_call_timeout and one above
+// on each scope, and the jump on one node's path, so `go test ./lab/`
+// stays short; LEASEBRIDGE_LATENCY_FULL=1 (or LEASEBRIDGE_WRITE_DOCS=1)
+// runs latencyFactors on both scopes, both jumps and the drop after a
+// fence. The default leaves out the steps between half and one
+// renew_call_timeout: there a machine's latency spike can fence an owner
+// whose later re-takes of its own row, read and compare-and-swap within
+// one renew_call_timeout, time out after landing (see the drop after a
+// fence on docs/measured-failover.md).
 var (
-	defaultOne   = []float64{0.5, 1.5}
-	defaultEvery = []float64{0.75, 1.5}
+	defaultOne   = []float64{0.25, 1.5}
+	defaultEvery = []float64{0.25, 1.5}
 )
+
+// downFrom and downTo are the drop after a fence: the round trip that
+// fences the owner, and the one it comes down to.
+const downFrom, downTo = 1.5, 0.5
 
 // latencySessions is how many sessions the two processes share, each on its
 // own device.
@@ -117,7 +126,9 @@ func TestStoreLatencyTable(t *testing.T) {
 	}
 	run.Took, run.LoadEnd = time.Since(run.Began), loadAverage()
 	t.Logf("store latency table: %s, load average %s at the start, %s at the end", run.Took.Round(time.Second), run.LoadStart, run.LoadEnd)
-	if os.Getenv("LEASEBRIDGE_WRITE_DOCS") == "1" && !t.Failed() {
+	// Written also when a step failed: its row says how, as the lab's page
+	// does.
+	if os.Getenv("LEASEBRIDGE_WRITE_DOCS") == "1" {
 		writeLatencySection(t, run)
 	}
 }
@@ -206,6 +217,7 @@ func (f *latencyFleet) table(full bool) {
 	f.jump(scopeOne, last)
 	if full {
 		f.jump(scopeEvery, last)
+		f.downAfterFence(downFrom, downTo)
 	}
 }
 
