@@ -232,15 +232,19 @@ func (run *latencyRun) mdDown(w writef) float64 {
 	var worst float64
 	for _, f := range run.Profiles {
 		for _, st := range f.steps {
-			if st.DownFrom == 0 || len(st.Errs) == 0 {
+			if st.DownFrom == 0 {
+				continue
+			}
+			w("\n- %s timing, down to %gx from %gx after a fence: ", f.prof.Name, st.Factor, st.DownFrom)
+			if len(st.Errs) == 0 {
+				w("every session served again, the longest time without service %s (budget %s).\n", fs(st.Idle), fs(f.recoveryBudget()))
 				continue
 			}
 			if worst == 0 || st.Factor < worst {
 				worst = st.Factor
 			}
-			w("\n- %s timing, down to %gx from %gx after a fence: %d of %d sessions served at the end of the step;\n",
-				f.prof.Name, st.Factor, st.DownFrom, st.Served, latencySessions)
-			w("  the longest time without service was %s against the budget %s.\n", fs(st.Idle), fs(f.recoveryBudget()))
+			w("%d of %d sessions served when the step ended at its budget %s: at least that long without service.\n",
+				st.Served, latencySessions, fs(f.recoveryBudget()))
 		}
 	}
 	if worst == 0 {
