@@ -28,7 +28,7 @@ func promtool(t *testing.T, dir string, args ...string) string {
 // The alert rules are valid and pass their unit tests.
 func TestAlertRules(t *testing.T) {
 	out := promtool(t, "prometheus", "check", "rules", "leasebridge-rules.yaml")
-	if !strings.Contains(out, "SUCCESS: 12 rules found") {
+	if !strings.Contains(out, "SUCCESS: 13 rules found") {
 		t.Errorf("promtool check rules:\n%s", out)
 	}
 	out = promtool(t, "prometheus", "test", "rules", "leasebridge-rules.test.yaml")

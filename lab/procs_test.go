@@ -43,6 +43,10 @@ type bridge struct {
 	proxy   *faultproxy.Proxy
 	store   storePath
 	spec    testbin.Bridge
+	// yaml, when set, is the slot's configuration instead of
+	// testbin.Config(spec), with sessions sessions (1 otherwise).
+	yaml     string
+	sessions int
 
 	// report and inputs are admission's for the configuration the next
 	// process starts with (lease_ttl changes in the rolling trials).
@@ -64,13 +68,21 @@ type bridge struct {
 
 func newBridge(t *testing.T, dir, name string, store storePath, plcAddr string, broker *testmqtt.Mosquitto, proxy *faultproxy.Proxy) *bridge {
 	t.Helper()
-	b := &bridge{name: name, http: testbin.FreeAddr(t), cfgPath: filepath.Join(dir, name+".yaml"), logPath: filepath.Join(dir, name+".log"),
-		broker: broker, proxy: proxy, store: store}
+	b := newSlot(t, dir, name, store, broker, proxy)
 	b.spec = testbin.Bridge{Etcd: store.endpoints(), Broker: "tcp://" + proxy.Addr(), PLC: plcAddr, Node: name, HTTP: b.http,
 		KeyPrefix: "/lab/", Topic: "lab/{device}/{tag}"}
 	if err := b.configure(0); err != nil {
 		t.Fatal(err)
 	}
+	return b
+}
+
+// newSlot is a process slot without a configuration yet; its process, if
+// any, is killed when the test ends.
+func newSlot(t *testing.T, dir, name string, store storePath, broker *testmqtt.Mosquitto, proxy *faultproxy.Proxy) *bridge {
+	t.Helper()
+	b := &bridge{name: name, http: testbin.FreeAddr(t), cfgPath: filepath.Join(dir, name+".yaml"), logPath: filepath.Join(dir, name+".log"),
+		broker: broker, proxy: proxy, store: store, sessions: 1}
 	t.Cleanup(func() {
 		b.mu.Lock()
 		cmd, done := b.cmd, b.done
@@ -93,6 +105,9 @@ const baseTTL = "lease_ttl: 2s"
 // shared one, with lease_ttl replaced unless leaseTTL is 0, and admits it.
 func (b *bridge) configure(leaseTTL time.Duration) error {
 	y := testbin.Config(b.spec)
+	if b.yaml != "" {
+		y = b.yaml
+	}
 	if leaseTTL > 0 {
 		if strings.Count(y, baseTTL) != 1 {
 			return fmt.Errorf("%s: the shared configuration has no single %q to change", b.name, baseTTL)
@@ -112,8 +127,13 @@ func (b *bridge) configure(leaseTTL time.Duration) error {
 	}
 	sessions := built.Sessions()
 	reps := routes.AdmitSessions(sessions)
-	if len(reps) != 1 || !reps[0].Admitted() {
-		return fmt.Errorf("%s: lab configuration not admitted: %+v", b.name, reps)
+	if len(reps) != b.sessions {
+		return fmt.Errorf("%s: %d sessions admitted, want %d", b.name, len(reps), b.sessions)
+	}
+	for _, r := range reps {
+		if !r.Admitted() {
+			return fmt.Errorf("%s: lab configuration not admitted: %+v", b.name, r)
+		}
 	}
 	if leaseTTL > 0 && reps[0].Timing.LeaseTTL != leaseTTL {
 		return fmt.Errorf("%s: admitted lease_ttl %s, want %s", b.name, reps[0].Timing.LeaseTTL, leaseTTL)
@@ -252,6 +272,8 @@ type logLine struct {
 	Msg   string    `json:"msg"`
 	Epoch uint64    `json:"epoch"`
 	Cause string    `json:"cause"`
+	// Event is an "ownership ended" line's kind (fenced, lost).
+	Event string `json:"event"`
 }
 
 // logEvents returns the slot's log lines with message msg, in order. It

@@ -47,16 +47,40 @@ func (s storePath) endpoints() string {
 	return strings.Join(eps, ", ")
 }
 
-// set puts every proxy of the path in mode m (delay: Delay's hold).
+// set puts every proxy of the path in mode m (delay: Delay's hold of the
+// responses; requests pass at once).
 func (s storePath) set(m faultproxy.Mode, delay time.Duration) error {
 	for _, px := range s {
 		if err := px.SetDelay(delay); err != nil {
+			return err
+		}
+		if err := px.SetRequestDelay(0); err != nil {
 			return err
 		}
 		if px.Mode() == m {
 			continue
 		}
 		if err := px.SetMode(m); err != nil {
+			return fmt.Errorf("store proxy %s -> %s: %w", px.Addr(), px.Target(), err)
+		}
+	}
+	return nil
+}
+
+// slow adds a steady round trip of d to every proxy of the path, half on
+// the requests and half on the answers, as a slow network does (0: Pass).
+func (s storePath) slow(d time.Duration) error {
+	if d == 0 {
+		return s.set(faultproxy.Pass, 0)
+	}
+	for _, px := range s {
+		if err := px.SetRequestDelay(d / 2); err != nil {
+			return err
+		}
+		if err := px.SetDelay(d - d/2); err != nil {
+			return err
+		}
+		if err := px.SetMode(faultproxy.Delay); err != nil {
 			return fmt.Errorf("store proxy %s -> %s: %w", px.Addr(), px.Target(), err)
 		}
 	}

@@ -15,9 +15,10 @@
 //     target->client: requests reach the target and take effect, the client
 //     never hears back. Sockets stay open; new connections reach the target.
 //   - Delay forwards both ways but holds every target->client chunk for the
-//     delay set with SetDelay, measured from when the proxy read it; order
-//     is kept. Chunks already held are still delivered after a change of
-//     mode.
+//     delay set with SetDelay, and every client->target chunk for the one
+//     set with SetRequestDelay (none unless set), each measured from when
+//     the proxy read the chunk; order is kept. Chunks already held are
+//     still delivered after a change of mode.
 //
 // It counts current and peak concurrent client connections and, per
 // connection, bytes forwarded, bytes dropped and requests (reads from the
@@ -145,6 +146,7 @@ type Proxy struct {
 	refused int
 	conns   []*conn
 	delay   time.Duration // responses' hold in Delay mode
+	delayUp time.Duration // requests' hold in Delay mode
 	changed chan struct{} // closed and replaced on every change
 	stop    func() bool
 
@@ -202,6 +204,23 @@ func (p *Proxy) SetDelay(d time.Duration) error {
 		return ErrClosed
 	}
 	p.delay = d
+	return nil
+}
+
+// SetRequestDelay sets how long Delay mode holds each request chunk
+// (client->target); it takes effect for chunks read after it returns. With
+// SetDelay it splits an added round trip between both directions, as a
+// slow network does: a request then lands late as well as its answer.
+func (p *Proxy) SetRequestDelay(d time.Duration) error {
+	if d < 0 {
+		return fmt.Errorf("faultproxy: set request delay %s: must be >= 0", d)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	p.delayUp = d
 	return nil
 }
 
@@ -392,8 +411,8 @@ func (p *Proxy) pump(c *conn, upward bool) {
 }
 
 // copyChunks forwards, holds or drops what src sends until src ends. Once
-// one response has been held, every later one goes through the same line
-// so order is kept.
+// one chunk has been held, every later one of that direction goes through
+// the same line so order is kept.
 func (p *Proxy) copyChunks(c *conn, src, dst net.Conn, upward bool) error {
 	var line *delayLine
 	defer func() {
@@ -408,6 +427,9 @@ func (p *Proxy) copyChunks(c *conn, src, dst net.Conn, upward bool) error {
 			read := time.Now()
 			p.mu.Lock()
 			mode, delay := p.mode, p.delay
+			if upward {
+				delay = p.delayUp
+			}
 			pass := dst != nil && mode.forwards(upward)
 			switch {
 			case pass && upward:
@@ -422,7 +444,9 @@ func (p *Proxy) copyChunks(c *conn, src, dst net.Conn, upward bool) error {
 			}
 			p.notifyLocked()
 			p.mu.Unlock()
-			hold := pass && !upward && (mode == Delay || line != nil)
+			// Requests go through a line only once one was held, so
+			// Delay without a request delay leaves them untouched.
+			hold := pass && ((mode == Delay && (!upward || delay > 0)) || line != nil)
 			switch {
 			case hold:
 				if line == nil {

@@ -516,3 +516,55 @@ func TestUpstreamAddrIsWhatTheTargetSees(t *testing.T) {
 		t.Fatalf("conn %+v; target sees %s", cs, srv.RemoteAddr())
 	}
 }
+
+// A request delay holds what the client sends as SetDelay holds what the
+// target answers: both directions together add the round trip a slow
+// network adds, and each direction keeps its order.
+func TestDelayHoldsRequestsWithARequestDelay(t *testing.T) {
+	tg := newTarget(t)
+	p := start(t, tg.ln.Addr().String())
+	c := dial(t, p)
+	srv := tg.next(t)
+	waitFor(t, p, "registered", func(s Stats) bool { return s.Current == 1 })
+	if err := p.SetRequestDelay(-time.Second); err == nil {
+		t.Fatal("negative request delay accepted")
+	}
+	const up, down = 100 * time.Millisecond, 150 * time.Millisecond
+	if err := p.SetRequestDelay(up); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetDelay(down); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetMode(Delay); err != nil {
+		t.Fatal(err)
+	}
+	sent := time.Now()
+	if _, err := c.Write([]byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, p, "first request read", func(s Stats) bool { return s.Conns[0].BytesUp == 1 })
+	if _, err := c.Write([]byte("b")); err != nil {
+		t.Fatal(err)
+	}
+	got := readN(t, srv, 2)
+	// Delays only make delivery later: these lower bounds cannot flake.
+	if el := time.Since(sent); el < up {
+		t.Fatalf("request delivered %s after it was sent, want >= %s", el, up)
+	}
+	if string(got) != "ab" {
+		t.Fatalf("target got %q, want the requests in order", got)
+	}
+	if _, err := srv.Write([]byte("ok")); err != nil {
+		t.Fatal(err)
+	}
+	if got := readN(t, c, 2); string(got) != "ok" {
+		t.Fatalf("client got %q", got)
+	}
+	if el := time.Since(sent); el < up+down {
+		t.Fatalf("round trip %s, want >= %s", el, up+down)
+	}
+	if s := p.Stats(); s.Conns[0].Requests != 2 || s.Conns[0].DroppedUp != 0 {
+		t.Fatalf("stats %+v", s.Conns[0])
+	}
+}
