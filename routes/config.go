@@ -82,6 +82,12 @@ type LeaseStore struct {
 	// Plaintext, when true, runs the members and their clients without
 	// TLS; only ever on a trusted, isolated network.
 	Plaintext bool `yaml:"plaintext"`
+	// MemberTLS is the certificate of the member this node runs: ca_file
+	// is the fleet CA every peer and client certificate must come from,
+	// cert_file and key_file serve both server and client auth (peer
+	// traffic goes both ways). Required on a member's node unless
+	// plaintext.
+	MemberTLS *TLS `yaml:"member_tls"`
 	// Kubernetes, when set, keeps the lease rows as coordination.k8s.io
 	// Lease objects through the Kubernetes API server instead of in etcd
 	// (docs/lease-protocol.md, the Kubernetes lease store): no etcd to

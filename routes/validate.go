@@ -74,9 +74,10 @@ func (c *Config) validate() Errors {
 	default:
 		add("deployment_mode", "unknown deployment_mode %q: want standalone or clustered", c.DeploymentMode)
 	}
-	if c.DeploymentMode == admission.Clustered && len(c.LeaseStore.Endpoints) == 0 && c.LeaseStore.Kubernetes == nil {
-		add("lease_store.endpoints", "clustered mode needs the etcd endpoints every bridge shares; the embedded store serves a standalone node only")
+	if c.DeploymentMode == admission.Clustered && len(c.LeaseStore.Endpoints) == 0 && c.LeaseStore.Kubernetes == nil && !c.StoreMembers() {
+		add("lease_store.endpoints", "clustered mode needs the etcd endpoints every bridge shares, or lease_store.members; the embedded store serves a standalone node only")
 	}
+	errs = append(errs, c.checkStore()...)
 	for i, ep := range c.LeaseStore.Endpoints {
 		if u, err := url.Parse(ep); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			add(fmt.Sprintf("lease_store.endpoints[%d]", i), "endpoint %q: want http://host:port or https://host:port", redact.URL(ep))
@@ -87,6 +88,9 @@ func (c *Config) validate() Errors {
 	}
 	errs = append(errs, c.CheckCredentials("lease_store", c.LeaseStore.Credentials, c.LeaseStore.TLS)...)
 	errs = append(errs, c.checkKubernetesStore()...)
+	if t := c.LeaseStore.MemberTLS; t != nil && (t.CertFile == "") != (t.KeyFile == "") {
+		add("lease_store.member_tls", "cert_file and key_file go together: set both or neither")
+	}
 	errs = append(errs, c.checkManager("manager", &c.Manager)...)
 
 	for _, name := range sortedKeys(c.Brokers) {
@@ -95,8 +99,8 @@ func (c *Config) validate() Errors {
 	for _, name := range sortedKeys(c.Devices) {
 		errs = append(errs, c.checkDevice("devices."+name, c.Devices[name])...)
 	}
-	if len(c.Routes) == 0 {
-		add("routes", "no routes: a configuration needs at least one route")
+	if len(c.Routes) == 0 && !c.StoreMembers() {
+		add("routes", "no routes: a configuration needs at least one route (a witness's file, with lease_store.members, needs none)")
 	}
 	names := map[string]int{}
 	for i, r := range c.Routes {
