@@ -48,7 +48,7 @@ func TestStoreMemberRules(t *testing.T) {
 			[]string{"cfg.yaml:4:3: lease_store.heartbeat_interval: election_timeout 1s is less than 5 x heartbeat_interval 300ms = 1.5s"}},
 		"election not a multiple": {"lease_store:\n", "lease_store:\n  election_timeout: 1250ms\n  heartbeat_interval: 100ms\n",
 			[]string{"election_timeout 1.25s is not a multiple of heartbeat_interval 100ms"}},
-		"sub-millisecond": {"lease_store:\n", "lease_store:\n  heartbeat_interval: 100500us\n", []string{"heartbeat_interval 100.5ms: etcd counts it in whole milliseconds"}},
+		"sub-millisecond":   {"lease_store:\n", "lease_store:\n  heartbeat_interval: 100500us\n", []string{"heartbeat_interval 100.5ms: etcd counts it in whole milliseconds"}},
 		"election too long": {"lease_store:\n", "lease_store:\n  election_timeout: 60s\n", []string{"election_timeout 1m0s: etcd accepts at most 50s"}},
 	} {
 		t.Run(name, func(t *testing.T) {
