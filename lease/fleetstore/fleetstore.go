@@ -223,9 +223,6 @@ func (o Options) config(self Member) (*embed.Config, error) {
 		info := transport.TLSInfo{CertFile: o.TLS.CertFile, KeyFile: o.TLS.KeyFile, TrustedCAFile: o.TLS.CAFile, ClientCertAuth: true}
 		cfg.ClientTLSInfo, cfg.PeerTLSInfo = info, info
 	}
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("fleetstore: member %s: %w", o.Name, err)
-	}
 	return cfg, nil
 }
 

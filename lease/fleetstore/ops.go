@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -151,10 +152,28 @@ func (o *Ops) Replace(ctx context.Context, name, peerURL string) (Replaced, erro
 		}
 		r.RemovedID = fmt.Sprintf("%x", m.ID)
 	}
-	add, err := o.cli.MemberAdd(ctx, []string{peerURL})
+	add, err := o.add(ctx, peerURL)
 	if err != nil {
 		return r, fmt.Errorf("fleetstore: add member %s at %s: %w", name, peerURL, err)
 	}
 	r.AddedID = fmt.Sprintf("%x", add.Member.ID)
 	return r, nil
+}
+
+// add adds a member at peerURL. Right after a removal etcd may refuse
+// with "unhealthy cluster" (its strict reconfiguration check wants every
+// voting member connected for the last 5 s, and the removal may not be
+// applied yet where the request lands): that is retried until ctx ends.
+func (o *Ops) add(ctx context.Context, peerURL string) (*clientv3.MemberAddResponse, error) {
+	for {
+		add, err := o.cli.MemberAdd(ctx, []string{peerURL})
+		if err == nil || !errors.Is(rpctypes.Error(err), rpctypes.ErrUnhealthy) {
+			return add, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (until %w)", err, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
