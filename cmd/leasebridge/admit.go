@@ -63,6 +63,9 @@ func admit(args []string, stdout, stderr io.Writer) int {
 		writeGitHub(stdout, cfg, doc, notes)
 	default:
 		report.WriteText(stdout, cfg, sessions, reports)
+		for _, w := range doc.Warnings {
+			fmt.Fprintf(stdout, "warning: %v\n", w)
+		}
 		if len(notes) > 0 {
 			fmt.Fprintf(stdout, "\nnot checked here: the deployment provides them, and run requires them:\n")
 			for _, n := range notes {

@@ -64,11 +64,11 @@ func openFleet(ctx context.Context, fl *flagSet, file string, stderr io.Writer) 
 		}
 		return &fleetCmd{file: file, cfg: cfg, reports: built.Admit(), store: store}, exitOK
 	}
-	if len(cfg.LeaseStore.Endpoints) == 0 {
-		fmt.Fprintf(stderr, "leasebridge %s: %s sets no lease_store.endpoints: a standalone node's embedded store is private to its process\n", name, file)
+	if len(cfg.StoreEndpoints()) == 0 {
+		fmt.Fprintf(stderr, "leasebridge %s: %s sets no lease_store.endpoints or members: a standalone node's embedded store is private to its process\n", name, file)
 		return nil, exitInvalid
 	}
-	store, err := openStore(ctx, cfg, cfg.LeaseStore.Endpoints)
+	store, err := openStore(ctx, cfg, cfg.StoreEndpoints())
 	if err != nil {
 		fmt.Fprintf(stderr, "leasebridge %s: lease store: %v\n", name, err)
 		return nil, exitStoreDown

@@ -59,3 +59,40 @@ command line, 3 when the store cannot be written.
 const undrainExamples = `  # after maintenance
   leasebridge undrain edge-gw-1 -c /etc/leasebridge/bridge.yaml
 `
+
+const storeAbout = `
+With lease_store.members the fleet is its own lease store: one etcd member
+per listed node, each in its own process, so a bridge that exits never takes
+a member with it. "store -c FILE" runs the member of the file's node until
+SIGTERM or SIGINT (exit %[1]d), in data_dir/store. The first start of every
+member bootstraps the cluster from the list; a restarted member rejoins with
+its data. A start is refused (exit %[3]d, nothing written) when the node is
+not a member, when its member list differs from the running cluster's (both
+are named), when its data directory belongs to another member or cluster,
+and when its data was lost while its cluster runs: then run
+"store replace NAME" on another node and start it again. A file with members
+and no routes is a witness's: it runs "store" only. An even member count is
+warned about: two members cannot survive the loss of either.
+
+Subcommands, each with --json, exit 3 when no member answers:
+  members         each member: reachable, leader, raft term and index,
+                  database size, alarms; exit %[2]d unless all are healthy
+  replace NAME    remove the lost member NAME and add it back empty (refused,
+                  exit %[2]d, while it answers); prints what to do next
+  snapshot OUT    every session row, to the file OUT
+  restore IN      every row of IN and of the store released, each epoch
+                  raised above both by max(1e9, 1e6/s x age of IN), so no
+                  epoch stamped before is handed out again
+docs/operations.md and docs/fleet-store.md walk through each.
+`
+
+const storeExamples = `  # the member of this gateway (its own systemd unit, beside run's)
+  leasebridge store -c /etc/leasebridge/bridge.yaml
+  # the members' health, for scripts
+  leasebridge store members -c /etc/leasebridge/bridge.yaml --json
+  # gw-2 lost its disk: replace it, then start its store with an empty data_dir
+  leasebridge store replace gw-2 -c /etc/leasebridge/bridge.yaml
+  # nightly backup, and a restore after a rebuild
+  leasebridge store snapshot /var/backups/leases.json -c /etc/leasebridge/bridge.yaml
+  leasebridge store restore /var/backups/leases.json -c /etc/leasebridge/bridge.yaml
+`

@@ -42,6 +42,9 @@ func writeGitHub(w io.Writer, cfg *routes.Config, doc report.Admission, notes ro
 			annotate(w, "warning", at, "leasebridge admit: session "+s.Session+" warning", warn)
 		}
 	}
+	for _, warn := range doc.Warnings {
+		annotate(w, "warning", warn, "leasebridge admit: weak lease store", warn.Path+": "+warn.Message)
+	}
 	for _, n := range notes {
 		annotate(w, "notice", n, "leasebridge admit: provided by the deployment",
 			n.Path+": "+n.Message+"; run requires it, admit does not check it")

@@ -9,6 +9,8 @@
 //	leasebridge status -c FILE [--json]     the fleet view from the lease store
 //	leasebridge handover SESSION [--to NODE] -c FILE
 //	leasebridge drain NODE -c FILE / undrain NODE -c FILE
+//	leasebridge store -c FILE               this node's member of the fleet's own store
+//	leasebridge store members|replace|snapshot|restore ... -c FILE
 //	leasebridge help [COMMAND]              the commands, or one's flags and examples
 //	leasebridge version                     the build stamp (also --version)
 //
@@ -86,6 +88,9 @@ func commands() []command {
 		{name: "undrain", synopsis: "NODE -c FILE",
 			summary: "the node competes for its sessions again",
 			about:   undrainAbout, examples: undrainExamples, main: drain("undrain", false)},
+		{name: "store", synopsis: "-c FILE | members|replace NAME|snapshot OUT|restore IN -c FILE [--json]",
+			summary: "the fleet's own lease store: run this node's etcd member, or operate the members",
+			about:   storeAbout, examples: storeExamples, main: store},
 		{name: "version", synopsis: "",
 			summary: "module version, VCS revision, Go version (also --version)",
 			about:   versionAbout, examples: versionExamples, main: version},

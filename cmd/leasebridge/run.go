@@ -58,6 +58,10 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		writeInvalid(stderr, "run", *file, errs)
 		return exitcode.Invalid
 	}
+	if cfg.IsWitness() {
+		fmt.Fprintf(stderr, "leasebridge run: %s is a witness's file (lease_store.members and no routes): there is nothing to bridge; run its member with `leasebridge store -c %s`\n", *file, *file)
+		return failover.ExitInvalid
+	}
 	reports := built.Admit()
 	refused := false
 	for _, r := range reports {
@@ -96,7 +100,7 @@ func serve(ctx context.Context, built *preflight.Built, cfg *routes.Config, repo
 		}
 		node = h
 	}
-	endpoints := cfg.LeaseStore.Endpoints
+	endpoints := cfg.StoreEndpoints()
 	if cfg.LeaseStore.Kubernetes != nil {
 		ks, err := openKubeStore(ctx, cfg, log)
 		if err != nil {
@@ -234,7 +238,7 @@ func openStore(ctx context.Context, cfg *routes.Config, endpoints []string) (*et
 	}
 	sc := etcdstore.Config{Endpoints: endpoints, DialTimeout: cfg.LeaseStore.DialTimeout.D(), KeyPrefix: cfg.LeaseStore.KeyPrefix,
 		Username: cfg.LeaseStore.Username, Password: password}
-	if t := cfg.LeaseStore.TLS; t != nil {
+	if t := cfg.StoreClientTLS(); t != nil {
 		sc.CAFile, sc.CertFile, sc.KeyFile = t.CAFile, t.CertFile, t.KeyFile
 	}
 	return etcdstore.New(ctx, sc)

@@ -35,6 +35,9 @@ type Admission struct {
 	// ErrorsNotListed counts the problems past routes.MaxProblems that
 	// Errors leaves out; absent when it lists every one.
 	ErrorsNotListed int `json:"errors_not_listed,omitempty"`
+	// Warnings are settings that are valid but weaker than they look (an
+	// even number of lease store members); absent when there are none.
+	Warnings []*routes.FieldError `json:"warnings,omitempty"`
 }
 
 // Session is one session's admission outcome in JSON.
@@ -74,7 +77,8 @@ func termMap(b admission.Budget) map[string]int64 {
 
 // FromReports builds the JSON document for an admitted or refused file.
 func FromReports(cfg *routes.Config, sessions []routes.Session, reports []admission.Report) Admission {
-	a := Admission{SchemaVersion: SchemaVersion, LeasebridgeVersion: buildinfo.Read().Version, Admitted: true, File: cfg.File, DeploymentMode: string(cfg.DeploymentMode), Errors: []*routes.FieldError{}}
+	a := Admission{SchemaVersion: SchemaVersion, LeasebridgeVersion: buildinfo.Read().Version, Admitted: true, File: cfg.File, DeploymentMode: string(cfg.DeploymentMode), Errors: []*routes.FieldError{},
+		Warnings: cfg.StoreWarnings()}
 	for i, r := range reports {
 		s := Session{
 			Session:            r.Session,
