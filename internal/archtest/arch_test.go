@@ -69,8 +69,8 @@ func rule(pkg, imp string) string {
 		return "lease never imports transports, routes, failover, dataplane, preflight or fleetview"
 	case under(pkg, "transports") && isLocal && anyUnder(local, "lease", "failover", "dataplane", "preflight", "fleetview"):
 		return "no transport imports lease, failover, dataplane, preflight or fleetview"
-	case strings.HasPrefix(imp, "go.etcd.io/etcd/client") && !strings.HasPrefix(pkg, "lease/etcd"):
-		return "only lease/etcd* imports the etcd client"
+	case strings.HasPrefix(imp, "go.etcd.io/etcd/client") && !strings.HasPrefix(pkg, "lease/etcd") && pkg != "lease/fleetstore":
+		return "only lease/etcd* and lease/fleetstore import the etcd client"
 	case strings.HasPrefix(imp, "k8s.io/client-go") && pkg != "lease/kubestore":
 		return "only lease/kubestore imports the Kubernetes client"
 	case under(pkg, "failover") && isLocal && under(local, "cmd"):

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leasebridge/leasebridge/internal/testbin"
+	"github.com/leasebridge/leasebridge/internal/testetcd"
 )
 
 // cluster is n in-process members on loopback, each with its own data
@@ -25,7 +26,7 @@ type cluster struct {
 	mu      sync.Mutex
 }
 
-func newCluster(t *testing.T, n int, ca *testCA) *cluster {
+func newCluster(t *testing.T, n int, ca *testetcd.CA) *cluster {
 	scheme := "http"
 	if ca != nil {
 		scheme = "https"
@@ -36,7 +37,8 @@ func newCluster(t *testing.T, n int, ca *testCA) *cluster {
 		c.members = append(c.members, Member{Name: name, PeerURL: scheme + "://" + testbin.FreeAddr(t), ClientURL: scheme + "://" + testbin.FreeAddr(t)})
 		c.dirs[name] = filepath.Join(t.TempDir(), "store")
 		if ca != nil {
-			c.tls[name] = ca.issue(name)
+			f := ca.Issue(name)
+			c.tls[name] = &TLSFiles{CAFile: f.CAFile, CertFile: f.CertFile, KeyFile: f.KeyFile}
 		}
 	}
 	t.Cleanup(func() {
@@ -203,20 +205,24 @@ func TestMismatchedMemberListRefused(t *testing.T) {
 // A client whose certificate comes from another CA can neither read nor
 // write; one from the fleet CA can.
 func TestCertificateFromAnotherCARefused(t *testing.T) {
-	ca := newTestCA(t, "fleet")
+	ca := testetcd.NewCA(t, "fleet")
 	c := newCluster(t, 3, ca)
 	c.startAll()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	if _, err := c.ops(ca.issue("bridge")).Client().Put(ctx, "/p/s", "{}"); err != nil {
+	if _, err := c.ops(files(ca.Issue("bridge"))).Client().Put(ctx, "/p/s", "{}"); err != nil {
 		t.Fatalf("fleet CA client: %v", err)
 	}
-	other := newTestCA(t, "other").issue("intruder")
-	other.CAFile = ca.file // it trusts the members, they do not trust it
+	other := files(testetcd.NewCA(t, "other").Issue("intruder"))
+	other.CAFile = ca.File // it trusts the members, they do not trust it
 	octx, ocancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer ocancel()
-	if _, err := c.ops(other).Client().Get(octx, "/p/s"); err == nil {
+	intruder := c.ops(other).Client()
+	if _, err := intruder.Get(octx, "/p/s"); err == nil {
 		t.Fatal("a client certificate from another CA read a row")
+	}
+	if _, err := intruder.Put(octx, "/p/s", "{}"); err == nil {
+		t.Fatal("a client certificate from another CA wrote a row")
 	}
 }
 
@@ -299,4 +305,8 @@ func TestEpochRaise(t *testing.T) {
 			t.Errorf("EpochRaise(%s) = %d, want %d", age, got, want)
 		}
 	}
+}
+
+func files(f testetcd.TLSFiles) *TLSFiles {
+	return &TLSFiles{CAFile: f.CAFile, CertFile: f.CertFile, KeyFile: f.KeyFile}
 }

@@ -1,4 +1,4 @@
-package fleetstore
+package testetcd
 
 import (
 	"crypto/ecdsa"
@@ -15,18 +15,21 @@ import (
 	"time"
 )
 
-// testCA is a throwaway fleet CA whose certificates serve both server and
-// client auth on 127.0.0.1, as a member's must.
-type testCA struct {
-	t    *testing.T
+// CA is a throwaway fleet CA whose certificates serve both server and
+// client auth on 127.0.0.1 and localhost, as a fleet store member's must
+// (peer traffic goes both ways).
+type CA struct {
+	// File is the CA certificate's PEM file.
+	File string
+	t    testing.TB
 	dir  string
 	cert *x509.Certificate
 	key  *ecdsa.PrivateKey
-	file string
 	n    int64
 }
 
-func newTestCA(t *testing.T, name string) *testCA {
+// NewCA creates a CA named name in a temporary directory.
+func NewCA(t testing.TB, name string) *CA {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -41,12 +44,12 @@ func newTestCA(t *testing.T, name string) *testCA {
 	}
 	cert, _ := x509.ParseCertificate(der)
 	dir := t.TempDir()
-	ca := &testCA{t: t, dir: dir, cert: cert, key: key, n: 1}
-	ca.file = ca.write(name+"-ca.pem", "CERTIFICATE", der)
+	ca := &CA{t: t, dir: dir, cert: cert, key: key, n: 1}
+	ca.File = ca.write(name+"-ca.pem", "CERTIFICATE", der)
 	return ca
 }
 
-func (ca *testCA) write(name, typ string, der []byte) string {
+func (ca *CA) write(name, typ string, der []byte) string {
 	p := filepath.Join(ca.dir, name)
 	if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
 		ca.t.Fatal(err)
@@ -54,8 +57,9 @@ func (ca *testCA) write(name, typ string, der []byte) string {
 	return p
 }
 
-// issue writes a certificate for name, signed by the CA.
-func (ca *testCA) issue(name string) *TLSFiles {
+// Issue writes a certificate and key for name, signed by the CA, with
+// the CA as CAFile.
+func (ca *CA) Issue(name string) TLSFiles {
 	ca.t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -75,6 +79,6 @@ func (ca *testCA) issue(name string) *TLSFiles {
 	if err != nil {
 		ca.t.Fatal(err)
 	}
-	return &TLSFiles{CAFile: ca.file, CertFile: ca.write(name+".pem", "CERTIFICATE", der),
+	return TLSFiles{CAFile: ca.File, CertFile: ca.write(name+".pem", "CERTIFICATE", der),
 		KeyFile: ca.write(name+"-key.pem", "EC PRIVATE KEY", kder)}
 }
