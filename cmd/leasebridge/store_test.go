@@ -1,0 +1,284 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leasebridge/leasebridge/internal/embedbroker"
+	"github.com/leasebridge/leasebridge/internal/plcsim"
+	"github.com/leasebridge/leasebridge/internal/testbin"
+	"github.com/leasebridge/leasebridge/internal/testetcd"
+	"github.com/leasebridge/leasebridge/lease"
+	"github.com/leasebridge/leasebridge/lease/etcdstore"
+	"github.com/leasebridge/leasebridge/lease/fleetstore"
+)
+
+// fleet is a fleet on loopback whose lease store is its own members,
+// each `leasebridge store` process beside (or instead of) a bridge.
+type fleet struct {
+	t       *testing.T
+	dir     string
+	names   []string
+	members string // the lease_store.members block
+	ca      *testetcd.CA
+	broker  *embedbroker.Broker
+	plc     *plcsim.PLC
+	stores  map[string]*storeProc
+}
+
+// storeProc is one `leasebridge store` process.
+type storeProc struct {
+	name, log string
+	cmd       *exec.Cmd
+	done      chan struct{}
+	exit      int
+}
+
+// newFleet lays out members names on free loopback ports, with TLS from a
+// fresh fleet CA when tls is set, and starts the broker and the PLC.
+func newFleet(t *testing.T, tls bool, names ...string) *fleet {
+	t.Helper()
+	f := &fleet{t: t, dir: t.TempDir(), names: names, stores: map[string]*storeProc{}}
+	scheme := "http"
+	if tls {
+		scheme, f.ca = "https", testetcd.NewCA(t, "fleet")
+	}
+	for _, n := range names {
+		f.members += fmt.Sprintf("    - {name: %s, peer_url: \"%s://%s\", client_url: \"%s://%s\"}\n", n, scheme, testbin.FreeAddr(t), scheme, testbin.FreeAddr(t))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	var err error
+	if f.broker, err = embedbroker.Start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.broker.Close() })
+	if f.plc, err = plcsim.Start(ctx, 20*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.plc.Close() })
+	return f
+}
+
+// storeBlock is node's data_dir and lease_store block with members.
+func (f *fleet) storeBlock(node, members string) string {
+	sec := "  plaintext: true\n"
+	if f.ca != nil {
+		c := f.ca.Issue(node)
+		sec = fmt.Sprintf("  member_tls: {ca_file: %s, cert_file: %s, key_file: %s}\n", c.CAFile, c.CertFile, c.KeyFile)
+	}
+	return fmt.Sprintf("data_dir: %s\nlease_store:\n  key_prefix: /fleet-test/\n  heartbeat_interval: 50ms\n  election_timeout: 500ms\n%s  members:\n%s",
+		filepath.Join(f.dir, node), sec, members)
+}
+
+// bridgeFile is the configuration of node's bridge and member.
+func (f *fleet) bridgeFile(node, httpAddr string) string {
+	y := testbin.Config(testbin.Bridge{Etcd: "X", Broker: f.broker.URL, PLC: f.plc.Addr(), Node: node, HTTP: httpAddr,
+		KeyPrefix: "/fleet-test/", Topic: "{device}/{tag}"})
+	old := "lease_store: {endpoints: [X], key_prefix: /fleet-test/}\n"
+	if !strings.Contains(y, old) {
+		f.t.Fatalf("testbin.Config changed: no %q", old)
+	}
+	return strings.Replace(y, old, f.storeBlock(node, f.members), 1)
+}
+
+// witnessFile is a witness's configuration: members and no routes.
+func (f *fleet) witnessFile(node, members string) string {
+	return "deployment_mode: clustered\nnode: " + node + "\n" + f.storeBlock(node, members)
+}
+
+func (f *fleet) write(name, y string) string {
+	f.t.Helper()
+	p := filepath.Join(f.dir, name+".yaml")
+	if err := os.WriteFile(p, []byte(y), 0o600); err != nil {
+		f.t.Fatal(err)
+	}
+	return p
+}
+
+// startStore runs `leasebridge store -c file` for node.
+func (f *fleet) startStore(node, file string) *storeProc {
+	t := f.t
+	t.Helper()
+	sp := &storeProc{name: node, log: filepath.Join(f.dir, fmt.Sprintf("%s-store-%d.log", node, time.Now().UnixNano())), done: make(chan struct{}), exit: -1}
+	logf, err := os.Create(sp.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp.cmd = exec.Command(testbin.Leasebridge(t), "store", "-c", file, "--log-format", "text")
+	sp.cmd.Stdout, sp.cmd.Stderr = logf, logf
+	if err := sp.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		err := sp.cmd.Wait()
+		var ee *exec.ExitError
+		switch {
+		case err == nil:
+			sp.exit = 0
+		case errors.As(err, &ee):
+			sp.exit = ee.ExitCode()
+		}
+		logf.Close()
+		close(sp.done)
+	}()
+	t.Cleanup(func() {
+		_ = sp.cmd.Process.Kill()
+		<-sp.done
+		if t.Failed() {
+			b, _ := os.ReadFile(sp.log)
+			t.Logf("%s store log:\n%s", node, b)
+		}
+	})
+	f.stores[node] = sp
+	return sp
+}
+
+// wait waits for the process to exit and returns its status and log.
+func (sp *storeProc) wait(t *testing.T, limit time.Duration) (int, string) {
+	t.Helper()
+	select {
+	case <-sp.done:
+	case <-time.After(limit):
+		t.Fatalf("store %s did not exit within %s", sp.name, limit)
+	}
+	b, _ := os.ReadFile(sp.log)
+	return sp.exit, string(b)
+}
+
+// waitHealthy waits until `store members -c file` exits 0.
+func (f *fleet) waitHealthy(file string) {
+	f.t.Helper()
+	testbin.Observe(f.t, 90*time.Second, func() (bool, string) {
+		code, out, errs := runCmd(f.t, "store", "members", "-c", file)
+		return code == exitStoreOK, fmt.Sprintf("exit %d\n%s%s", code, out, errs)
+	})
+}
+
+// Three `store` processes form the fleet's store from their files alone;
+// two `run` bridges use it, and `status` reads it. Killing the owner's
+// node (its bridge and its member, SIGKILL) hands the session to the
+// other bridge within the admitted owner-death budget, with one PLC
+// connection at a time.
+func TestStoreProcessesFormClusterAndBridgesUseIt(t *testing.T) {
+	f := newFleet(t, true, "m0", "m1", "m2")
+	files, addrs := map[string]string{}, map[string]string{}
+	for _, n := range f.names {
+		addrs[n] = testbin.FreeAddr(t)
+		files[n] = f.write(n, f.bridgeFile(n, addrs[n]))
+		f.startStore(n, files[n])
+	}
+	f.waitHealthy(files["m2"])
+	var procs []*bridgeProc
+	byProc := map[*bridgeProc]*proc{}
+	for _, n := range f.names[:2] {
+		p := launch(t, f.dir, n, addrs[n], f.bridgeFile(n, addrs[n]))
+		procs = append(procs, p.bridgeProc)
+		byProc[p.bridgeProc] = p
+	}
+	budget := byProc[procs[0]].report.OwnerDeath.Total
+	owner, _, err := waitOwner(context.Background(), procs, nil, budget)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errs := runCmd(t, "status", "-c", files["m2"]); code != exitOK {
+		t.Fatalf("status on the fleet store: exit %d\n%s%s", code, out, errs)
+	}
+	killed := time.Now()
+	_ = owner.cmd.Process.Kill()
+	_ = f.stores[owner.name].cmd.Process.Kill()
+	next, _, err := waitOwner(context.Background(), procs, owner, budget)
+	if err != nil {
+		t.Fatalf("after killing node %s (bridge and member): %v", owner.name, err)
+	}
+	took := time.Since(killed)
+	if peak := f.plc.Proxy().Peak(); peak != 1 {
+		t.Errorf("PLC saw %d concurrent connections", peak)
+	}
+	t.Logf("node %s killed (bridge and member); %s serving after %s, budget %s", owner.name, next.name, took, budget)
+}
+
+// Two gateways and a witness: run refuses the witness's file; a member
+// whose list differs is refused naming both lists; a wiped member is
+// refused naming the replace command, is replaced and rejoins; a restore
+// raises the epoch of a row stamped after the snapshot.
+func TestStoreReplaceMismatchWitnessAndRestore(t *testing.T) {
+	f := newFleet(t, false, "gw0", "gw1", "w")
+	gw0 := f.write("gw0", f.bridgeFile("gw0", testbin.FreeAddr(t)))
+	f.write("gw1", f.bridgeFile("gw1", testbin.FreeAddr(t)))
+	witness := f.write("w", f.witnessFile("w", f.members))
+	if code, _, errs := runCmd(t, "run", "-c", witness); code != exitInvalid || !strings.Contains(errs, "witness") {
+		t.Fatalf("run on a witness's file: exit %d %s", code, errs)
+	}
+	for _, n := range f.names {
+		f.startStore(n, filepath.Join(f.dir, n+".yaml"))
+	}
+	f.waitHealthy(gw0)
+
+	// The witness, stopped, starts with another member list: refused.
+	sp := f.stores["w"]
+	_ = sp.cmd.Process.Signal(syscall.SIGTERM)
+	if code, log := sp.wait(t, 30*time.Second); code != exitStoreOK {
+		t.Fatalf("SIGTERM: exit %d\n%s", code, log)
+	}
+	gw1Peer := strings.Split(strings.Split(f.members, "\n")[1], "\"")[1]
+	other := strings.Replace(f.members, gw1Peer, "http://"+testbin.FreeAddr(t), 1)
+	code, log := f.startStore("w", f.write("w-other", f.witnessFile("w", other))).wait(t, 60*time.Second)
+	if code != exitStoreInvalid || !strings.Contains(log, "gw1="+gw1Peer) || !strings.Contains(log, "differ from the members") {
+		t.Fatalf("mismatched list: exit %d, want %d naming both lists\n%s", code, exitStoreInvalid, log)
+	}
+	// Wiped: refused with the way back named.
+	if err := os.RemoveAll(filepath.Join(f.dir, "w", "store")); err != nil {
+		t.Fatal(err)
+	}
+	code, log = f.startStore("w", witness).wait(t, 60*time.Second)
+	if code != exitStoreInvalid || !strings.Contains(log, "leasebridge store replace w") {
+		t.Fatalf("wiped member: exit %d\n%s", code, log)
+	}
+	code, out, errs := runCmd(t, "store", "replace", "w", "-c", gw0)
+	if code != exitStoreOK || !strings.Contains(out, "member w replaced") {
+		t.Fatalf("store replace: exit %d\n%s%s", code, out, errs)
+	}
+	f.startStore("w", witness)
+	f.waitHealthy(gw0)
+	checkRestore(t, f, gw0)
+}
+
+// checkRestore stamps a row, snapshots, stamps a higher epoch, restores,
+// and checks the row is released above both.
+func checkRestore(t *testing.T, f *fleet, file string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := loadStore("test", file, os.Stderr)
+	st, err := etcdstore.New(ctx, etcdstore.Config{Endpoints: cfg.StoreEndpoints(), KeyPrefix: "/fleet-test/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	rev, err := st.CompareAndSwap(ctx, "s1", 0, lease.Row{Owner: "x#1", Node: "x", Epoch: 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := filepath.Join(f.dir, "snap.json")
+	if code, out, errs := runCmd(t, "store", "snapshot", snap, "-c", file); code != exitStoreOK {
+		t.Fatalf("snapshot: exit %d\n%s%s", code, out, errs)
+	}
+	if _, err := st.CompareAndSwap(ctx, "s1", rev, lease.Row{Owner: "x#2", Node: "x", Epoch: 12}); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errs := runCmd(t, "store", "restore", snap, "-c", file, "--json"); code != exitStoreOK {
+		t.Fatalf("restore: exit %d\n%s%s", code, out, errs)
+	}
+	row, _, err := st.Read(ctx, "s1")
+	if err != nil || row.Owner != "" || row.Epoch < 12+fleetstore.MinEpochRaise {
+		t.Fatalf("after restore: %+v %v, want released with epoch >= %d", row, err, 12+fleetstore.MinEpochRaise)
+	}
+}
