@@ -130,7 +130,7 @@ func writeMembers(w io.Writer, doc membersDoc) {
 	for _, m := range doc.Members {
 		name := orDash(m.Name)
 		if !m.Started {
-			name = "(not started)"
+			name += " (not started)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%v\t%v\t%d\t%d\t%d\t%s\t%s\t%s\n", name, m.ID, m.Reachable, m.Leader, m.RaftTerm, m.RaftIndex,
 			m.DBSize, orDash(strings.Join(m.Alarms, ",")), strings.Join(m.PeerURLs, ","), orDash(m.Error))

@@ -80,8 +80,9 @@ type Options struct {
 
 // Server is a running member.
 type Server struct {
-	// Joined is true when the member joined a running cluster as the
-	// empty member `store replace` added.
+	// Joined is true when the member joined a running cluster as an
+	// empty member that never started (added by `store replace`, or late
+	// to the first start).
 	Joined bool
 	etcd   *embed.Etcd
 	unlock func()
@@ -168,14 +169,15 @@ func (o Options) plan(self Member, live *liveCluster) (*embed.Config, bool, erro
 	if live == nil || hasData(o.Dir) {
 		return cfg, false, nil
 	}
-	// No data, and the cluster runs: join only as the added, unstarted
-	// member with this peer URL.
+	// No data, and the cluster runs: join only as a member with this peer
+	// URL that never started (added by replace, or of the initial list and
+	// late to its first start).
 	var pairs []string
 	joinable := false
 	for _, m := range live.members {
 		name := m.name
 		if slices.Contains(m.peerURLs, self.PeerURL) {
-			if m.name != "" {
+			if m.started {
 				return nil, false, fmt.Errorf("%w: cluster %s at %s lists %q as a started member, but %s holds no data (wiped or lost): run `leasebridge store replace %s -c FILE` on another member's node, then start this one again",
 					ErrWiped, live.clusterID, live.endpoint, o.Name, o.Dir, o.Name)
 			}

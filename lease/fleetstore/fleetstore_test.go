@@ -310,3 +310,27 @@ func TestEpochRaise(t *testing.T) {
 func files(f testetcd.TLSFiles) *TLSFiles {
 	return &TLSFiles{CAFile: f.CAFile, CertFile: f.CertFile, KeyFile: f.KeyFile}
 }
+
+// A member late to the first start (the others already have a quorum)
+// joins with its empty directory: it is not a wiped member.
+func TestLateFirstStartJoins(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	errs := make(chan error, 2)
+	for _, n := range []string{"m0", "m1"} {
+		go func() { errs <- c.start(ctx, c.options(n)) }()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.start(ctx, c.options("m2")); err != nil {
+		t.Fatalf("late first start: %v", err)
+	}
+	if !c.servers["m2"].Joined {
+		t.Error("the late member bootstrapped instead of joining")
+	}
+	waitMember(t, c.ops(nil), func(h MemberHealth) bool { return h.Name == "m2" && h.Reachable })
+}

@@ -86,7 +86,7 @@ func (o *Ops) Members(ctx context.Context) ([]MemberHealth, error) {
 	out := make([]MemberHealth, 0, len(resp.Members))
 	for _, m := range resp.Members {
 		h := MemberHealth{Name: m.Name, ID: fmt.Sprintf("%x", m.ID), PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs,
-			Started: m.Name != "", Alarms: append([]string{}, alarms[m.ID]...)}
+			Started: len(m.ClientURLs) > 0, Alarms: append([]string{}, alarms[m.ID]...)}
 		o.status(ctx, &h, m.ID)
 		out = append(out, h)
 	}
@@ -138,9 +138,9 @@ func (o *Ops) Replace(ctx context.Context, name, peerURL string) (Replaced, erro
 		if m.Name != name && !slices.Contains(m.PeerURLs, peerURL) {
 			continue
 		}
-		if m.Name == "" {
+		if len(m.ClientURLs) == 0 {
 			r.AddedID = fmt.Sprintf("%x", m.ID)
-			return r, nil // added before, not started yet
+			return r, nil // never started: it can join empty as it is
 		}
 		h := MemberHealth{ClientURLs: m.ClientURLs}
 		o.status(ctx, &h, m.ID)

@@ -22,8 +22,12 @@ type liveCluster struct {
 }
 
 type liveMember struct {
-	name     string // empty for a member added but not started
+	name     string // empty for a member added by replace, not started
 	peerURLs []string
+	// started: the member has published its client URLs, which it does
+	// once it has run; a member of the initial list that has not started
+	// yet has a name but none.
+	started bool
 }
 
 // pairs are the cluster's members as sorted name=peer_url pairs, an
@@ -91,7 +95,7 @@ func probe(ctx context.Context, o Options) (*liveCluster, error) {
 	}
 	live := &liveCluster{clusterID: fmt.Sprintf("%x", resp.Header.ClusterId), endpoint: strings.Join(redact.URLs(eps), ", ")}
 	for _, m := range resp.Members {
-		live.members = append(live.members, liveMember{name: m.Name, peerURLs: m.PeerURLs})
+		live.members = append(live.members, liveMember{name: m.Name, peerURLs: m.PeerURLs, started: len(m.ClientURLs) > 0})
 	}
 	if want := listOf(o.Members); !sameMembers(live.pairs(), want) {
 		return nil, fmt.Errorf("%w: the configured members [%s] differ from the members [%s] of the running cluster %s (asked %s); nothing was written: make every file's lease_store.members the cluster's, or change the cluster with `leasebridge store replace`",
