@@ -282,3 +282,34 @@ func checkRestore(t *testing.T, f *fleet, file string) {
 		t.Fatalf("after restore: %+v %v, want released with epoch >= %d", row, err, 12+fleetstore.MinEpochRaise)
 	}
 }
+
+// docs/operations.md lists every exit status of `store` as the code has
+// it.
+func TestStoreExitStatusesDocumented(t *testing.T) {
+	b, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range storeExitStatuses {
+		if row := fmt.Sprintf("| %d | %s | %s |", e.Code, e.When, e.Do); !strings.Contains(string(b), row) {
+			t.Errorf("docs/operations.md lacks the row\n%s", row)
+		}
+	}
+}
+
+// admit accepts a two-member file and warns, at the members' line, that
+// it survives the loss of neither; `store` on a node outside the members
+// exits 2 naming the file's line.
+func TestAdmitWarnsTwoMembersAndStoreRefusesNonMember(t *testing.T) {
+	f := newFleet(t, false, "gw0", "gw1")
+	file := f.write("gw0", f.bridgeFile("gw0", testbin.FreeAddr(t)))
+	code, out, errs := runCmd(t, "admit", "-c", file)
+	if code != exitOK || !strings.Contains(out, "warning: "+file+":") || !strings.Contains(out, "the loss of either member stops the store") {
+		t.Fatalf("admit: exit %d\n%s%s", code, out, errs)
+	}
+	outside := f.write("gw9", strings.Replace(f.bridgeFile("gw0", testbin.FreeAddr(t)), "node: gw0\n", "node: gw9\n", 1))
+	code, _, errs = runCmd(t, "store", "-c", outside, "--log-format", "text")
+	if code != exitStoreInvalid || !strings.Contains(errs, `node \"gw9\" is not one of the members`) || !strings.Contains(errs, outside+":") {
+		t.Fatalf("store on a non-member: exit %d\n%s", code, errs)
+	}
+}
