@@ -252,8 +252,9 @@ func TestStoreReplaceMismatchWitnessAndRestore(t *testing.T) {
 	checkRestore(t, f, gw0)
 }
 
-// checkRestore stamps a row, snapshots, stamps a higher epoch, restores,
-// and checks the row is released above both.
+// checkRestore stamps the bridges' session row, snapshots, stamps a
+// higher epoch, restores, and checks the row is released above both and
+// that the bridge that takes it next stamps an epoch above both.
 func checkRestore(t *testing.T, f *fleet, file string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -263,7 +264,8 @@ func checkRestore(t *testing.T, f *fleet, file string) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	rev, err := st.CompareAndSwap(ctx, "s1", 0, lease.Row{Owner: "x#1", Node: "x", Epoch: 9})
+	const session = "plc" // testbin.Config's
+	rev, err := st.CompareAndSwap(ctx, session, 0, lease.Row{Owner: "x#1", Node: "x", Epoch: 9})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,16 +273,28 @@ func checkRestore(t *testing.T, f *fleet, file string) {
 	if code, out, errs := runCmd(t, "store", "snapshot", snap, "-c", file); code != exitStoreOK {
 		t.Fatalf("snapshot: exit %d\n%s%s", code, out, errs)
 	}
-	if _, err := st.CompareAndSwap(ctx, "s1", rev, lease.Row{Owner: "x#2", Node: "x", Epoch: 12}); err != nil {
+	const stamped = 12
+	if _, err := st.CompareAndSwap(ctx, session, rev, lease.Row{Owner: "x#2", Node: "x", Epoch: stamped}); err != nil {
 		t.Fatal(err)
 	}
 	if code, out, errs := runCmd(t, "store", "restore", snap, "-c", file, "--json"); code != exitStoreOK {
 		t.Fatalf("restore: exit %d\n%s%s", code, out, errs)
 	}
-	row, _, err := st.Read(ctx, "s1")
-	if err != nil || row.Owner != "" || row.Epoch < 12+fleetstore.MinEpochRaise {
-		t.Fatalf("after restore: %+v %v, want released with epoch >= %d", row, err, 12+fleetstore.MinEpochRaise)
+	row, _, err := st.Read(ctx, session)
+	if err != nil || row.Owner != "" || row.Epoch < stamped+fleetstore.MinEpochRaise {
+		t.Fatalf("after restore: %+v %v, want released with epoch >= %d", row, err, stamped+fleetstore.MinEpochRaise)
 	}
+	restored := row.Epoch
+	addr := testbin.FreeAddr(t)
+	launch(t, f.dir, "gw0", addr, f.bridgeFile("gw0", addr))
+	testbin.Observe(t, time.Minute, func() (bool, string) {
+		row, _, err = st.Read(context.Background(), session)
+		return err == nil && row.Owner != "", fmt.Sprintf("%+v %v", row, err)
+	})
+	if row.Epoch <= restored {
+		t.Fatalf("the bridge took the restored row at epoch %d, want above %d", row.Epoch, restored)
+	}
+	t.Logf("stamped %d before the restore; restored at %d; the next owner %s stamps %d", stamped, restored, row.Node, row.Epoch)
 }
 
 // docs/operations.md lists every exit status of `store` as the code has
