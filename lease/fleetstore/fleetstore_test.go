@@ -334,3 +334,39 @@ func TestLateFirstStartJoins(t *testing.T) {
 	}
 	waitMember(t, c.ops(nil), func(h MemberHealth) bool { return h.Name == "m2" && h.Reachable })
 }
+
+// A member whose certificate comes from another CA never joins: the
+// members refuse its peer connections, so it never starts.
+func TestMemberFromAnotherCANeverJoins(t *testing.T) {
+	ca := testetcd.NewCA(t, "fleet")
+	c := newCluster(t, 3, ca)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	errs := make(chan error, 2)
+	for _, n := range []string{"m0", "m1"} {
+		go func() { errs <- c.start(ctx, c.options(n)) }()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	intruder := files(testetcd.NewCA(t, "other").Issue("m2"))
+	intruder.CAFile = ca.File // it trusts the members; they do not trust it
+	o := c.options("m2")
+	o.TLS = intruder
+	sctx, scancel := context.WithTimeout(ctx, 5*time.Second)
+	defer scancel()
+	if err := c.start(sctx, o); !errors.Is(err, ErrStopped) {
+		t.Fatalf("member from another CA: %v, want it never ready (ErrStopped)", err)
+	}
+	ms, err := c.ops(files(ca.Issue("tool"))).Members(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if m.Name == "m2" && m.Started {
+			t.Fatalf("the member from another CA started: %+v", m)
+		}
+	}
+}
