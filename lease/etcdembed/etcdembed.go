@@ -123,6 +123,12 @@ func StartWith(ctx context.Context, o Options) (*Server, error) {
 		unlock()
 		return nil, err
 	}
+	if err := ctx.Err(); err != nil {
+		// Ended already: starting etcd would only leave it running into a
+		// directory its caller may remove.
+		unlock()
+		return nil, fmt.Errorf("%w: start in %s: %w", ErrNotReady, dir, err)
+	}
 	type started struct {
 		e   *embed.Etcd
 		err error
