@@ -415,11 +415,14 @@ devices:
 func storeConfig(withMembers bool, heartbeat, election string) string {
 	y := `deployment_mode: clustered
 lease_store:
-  endpoints: ["http://127.0.0.1:2379"]
   heartbeat_interval: ` + heartbeat + `
   election_timeout: ` + election + `
 `
-	if withMembers {
+	if !withMembers {
+		// A file names the members or the endpoints, never both.
+		y += `  endpoints: ["http://127.0.0.1:2379"]
+`
+	} else {
 		y += `  plaintext: true
   members:
     - {name: a, peer_url: "http://127.0.0.1:2380", client_url: "http://127.0.0.1:2379"}
