@@ -107,13 +107,14 @@ func (c *Config) checkStore() Errors {
 	errs = append(errs, c.checkStoreTLS()...)
 	if len(c.Routes) == 0 {
 		if _, i := c.Member(c.Node); i < 0 {
-			add("node", "node %q is not one of lease_store.members (%s): a file without routes is a witness's, and a witness runs the member of its node", c.Node, strings.Join(c.memberNames(), ", "))
+			add("node", "node %q is not one of lease_store.members (%s): a file without routes is a witness's, and a witness runs the member of its node", c.Node, strings.Join(c.MemberNames(), ", "))
 		}
 	}
 	return errs
 }
 
-func (c *Config) memberNames() []string {
+// MemberNames are the store members' names, in file order.
+func (c *Config) MemberNames() []string {
 	out := make([]string, len(c.LeaseStore.Members))
 	for i, m := range c.LeaseStore.Members {
 		out[i] = m.Name

@@ -83,6 +83,10 @@ Subcommands, each with --json, exit 3 when no member answers:
   restore IN      every row of IN and of the store released, each epoch
                   raised above both by max(1e9, 1e6/s x age of IN), so no
                   epoch stamped before is handed out again
+  roles           authentication on: the members' and --bridge certificate
+                  names read and write the rows, --reader names only read
+                  them, any other name nothing; afterwards only a
+                  certificate named root changes members or roles
 docs/operations.md and docs/fleet-store.md walk through each.
 `
 
@@ -95,4 +99,6 @@ const storeExamples = `  # the member of this gateway (its own systemd unit, bes
   # nightly backup, and a restore after a rebuild
   leasebridge store snapshot /var/backups/leases.json -c /etc/leasebridge/bridge.yaml
   leasebridge store restore /var/backups/leases.json -c /etc/leasebridge/bridge.yaml
+  # once: bridges write, the monitor's certificate only reads (run with a root certificate in lease_store.tls)
+  leasebridge store roles --reader monitor -c /etc/leasebridge/admin.yaml
 `

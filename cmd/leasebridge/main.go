@@ -10,7 +10,7 @@
 //	leasebridge handover SESSION [--to NODE] -c FILE
 //	leasebridge drain NODE -c FILE / undrain NODE -c FILE
 //	leasebridge store -c FILE               this node's member of the fleet's own store
-//	leasebridge store members|replace|snapshot|restore ... -c FILE
+//	leasebridge store members|replace|snapshot|restore|roles ... -c FILE
 //	leasebridge help [COMMAND]              the commands, or one's flags and examples
 //	leasebridge version                     the build stamp (also --version)
 //
@@ -88,7 +88,7 @@ func commands() []command {
 		{name: "undrain", synopsis: "NODE -c FILE",
 			summary: "the node competes for its sessions again",
 			about:   undrainAbout, examples: undrainExamples, main: drain("undrain", false)},
-		{name: "store", synopsis: "-c FILE | members|replace NAME|snapshot OUT|restore IN -c FILE [--json]",
+		{name: "store", synopsis: "-c FILE | members|replace NAME|snapshot OUT|restore IN|roles -c FILE [--json]",
 			summary: "the fleet's own lease store: run this node's etcd member, or operate the members",
 			about:   storeAbout, examples: storeExamples, main: store},
 		{name: "version", synopsis: "",

@@ -61,8 +61,10 @@ func store(args []string, stdout, stderr io.Writer) int {
 			return storeSnapshot(args[1:], stdout, stderr)
 		case "restore":
 			return storeRestore(args[1:], stdout, stderr)
+		case "roles":
+			return storeRoles(args[1:], stdout, stderr)
 		}
-		return newFlags("store", stdout, stderr).usageError("unknown subcommand %q: want members, replace, snapshot or restore", args[0])
+		return newFlags("store", stdout, stderr).usageError("unknown subcommand %q: want members, replace, snapshot, restore or roles", args[0])
 	}
 	return storeRun(args, stdout, stderr)
 }

@@ -90,6 +90,15 @@ func (f *fleet) bridgeFile(node, httpAddr string) string {
 	return strings.Replace(y, old, f.storeBlock(node, f.members), 1)
 }
 
+// clientFile is node's configuration with a client certificate named
+// name (root for the store's administration, a reader's, a stranger's).
+func (f *fleet) clientFile(node, name string) string {
+	c := f.ca.Issue(name)
+	y := strings.Replace(f.bridgeFile(node, testbin.FreeAddr(f.t)), "lease_store:\n",
+		fmt.Sprintf("lease_store:\n  tls: {ca_file: %s, cert_file: %s, key_file: %s}\n", c.CAFile, c.CertFile, c.KeyFile), 1)
+	return f.write(node+"-"+name, y)
+}
+
 // witnessFile is a witness's configuration: members and no routes.
 func (f *fleet) witnessFile(node, members string) string {
 	return "deployment_mode: clustered\nnode: " + node + "\n" + f.storeBlock(node, members)
@@ -164,7 +173,9 @@ func (f *fleet) waitHealthy(file string) {
 }
 
 // Three `store` processes form the fleet's store from their files alone;
-// two `run` bridges use it, and `status` reads it. Killing the owner's
+// `store roles` turns authentication on; two `run` bridges use it with
+// their members' certificates, and `status` reads it with a bridge's or a
+// reader's certificate, not with another name's. Killing the owner's
 // node (its bridge and its member, SIGKILL) hands the session to the
 // other bridge within the admitted owner-death budget, with one PLC
 // connection at a time.
@@ -177,6 +188,9 @@ func TestStoreProcessesFormClusterAndBridgesUseIt(t *testing.T) {
 		f.startStore(n, files[n])
 	}
 	f.waitHealthy(files["m2"])
+	if code, out, errs := runCmd(t, "store", "roles", "-c", f.clientFile("m0", "root"), "--reader", "monitor"); code != exitStoreOK || !strings.Contains(out, "authentication is on") {
+		t.Fatalf("store roles: exit %d\n%s%s", code, out, errs)
+	}
 	var procs []*bridgeProc
 	byProc := map[*bridgeProc]*proc{}
 	for _, n := range f.names[:2] {
@@ -189,8 +203,13 @@ func TestStoreProcessesFormClusterAndBridgesUseIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if code, out, errs := runCmd(t, "status", "-c", files["m2"]); code != exitOK {
-		t.Fatalf("status on the fleet store: exit %d\n%s%s", code, out, errs)
+	for _, c := range []struct {
+		file string
+		want int
+	}{{files["m2"], exitOK}, {f.clientFile("m2", "monitor"), exitOK}, {f.clientFile("m2", "stranger"), exitStoreDown}} {
+		if code, out, errs := runCmd(t, "status", "-c", c.file); code != c.want {
+			t.Fatalf("status -c %s: exit %d, want %d\n%s%s", c.file, code, c.want, out, errs)
+		}
 	}
 	killed := time.Now()
 	_ = owner.cmd.Process.Kill()

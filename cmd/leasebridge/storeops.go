@@ -33,10 +33,14 @@ type storeOp struct {
 }
 
 // openStoreOp parses args (with one positional argument when what is not
-// empty), loads the file and connects to its members.
-func openStoreOp(sub, what string, args []string, stdout, stderr io.Writer) (*storeOp, string, int) {
+// empty, and the flags extra defines), loads the file and connects to its
+// members.
+func openStoreOp(sub, what string, args []string, stdout, stderr io.Writer, extra ...func(*flagSet)) (*storeOp, string, int) {
 	fl := newFlags("store", stdout, stderr)
 	file := fl.String("c", "", "the configuration `FILE` (required)")
+	for _, e := range extra {
+		e(fl)
+	}
 	asJSON := fl.Bool("json", false, "print the result as JSON")
 	var pos string
 	var err error
@@ -254,5 +258,41 @@ func storeRestore(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "restored %d session row(s), each released with its epoch raised by %d above the snapshot's and the store's (highest now %d)\n",
 		r.Rows, r.Raise, r.MaxEpoch)
+	return exitStoreOK
+}
+
+// names is a repeatable string flag.
+type names []string
+
+func (n *names) String() string     { return strings.Join(*n, ",") }
+func (n *names) Set(v string) error { *n = append(*n, v); return nil }
+
+// storeRoles is `leasebridge store roles -c FILE [--bridge NAME]...
+// [--reader NAME]... [--json]`.
+func storeRoles(args []string, stdout, stderr io.Writer) int {
+	var bridges, readers names
+	s, _, code := openStoreOp("roles", "", args, stdout, stderr, func(fl *flagSet) {
+		fl.Var(&bridges, "bridge", "a bridge's certificate `NAME` outside the members (repeatable)")
+		fl.Var(&readers, "reader", "a read-only client's certificate `NAME`, for status (repeatable)")
+	})
+	if s == nil {
+		return code
+	}
+	defer s.ops.Close()
+	// A member's certificate is also its gateway's bridge's.
+	all := append(append(names{}, bridges...), s.cfg.MemberNames()...)
+	ctx, cancel := context.WithTimeout(context.Background(), storeCall)
+	defer cancel()
+	r, err := s.ops.EnsureRoles(ctx, s.cfg.LeaseStore.KeyPrefix, all, readers)
+	if err != nil {
+		return s.fail("roles", err, exitStoreFailed)
+	}
+	if s.asJSON {
+		s.printJSON(r)
+		return exitStoreOK
+	}
+	fmt.Fprintf(stdout, "authentication is on: certificate names %s read and write %s and the endpoint claims (role %s); %s only read them (role %s); "+
+		"any other name can do neither. Members and roles now change only with a certificate named %s.\n",
+		strings.Join(r.Bridges, ", "), r.KeyPrefix, fleetstore.BridgeRole, orDash(strings.Join(r.Readers, ", ")), fleetstore.ReaderRole, fleetstore.RootUser)
 	return exitStoreOK
 }

@@ -370,3 +370,46 @@ func TestMemberFromAnotherCANeverJoins(t *testing.T) {
 		}
 	}
 }
+
+// With roles on, a bridge's certificate name reads and writes the rows, a
+// reader's only reads them, and a certificate of the fleet CA with any
+// other name can do neither; none writes outside the prefix.
+func TestRolesSeparateBridgesAndReaders(t *testing.T) {
+	ca := testetcd.NewCA(t, "fleet")
+	c := newCluster(t, 3, ca)
+	c.startAll()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	root := c.ops(files(ca.Issue(RootUser)))
+	r, err := root.EnsureRoles(ctx, "/p/", []string{"m0", "m1", "m2", "gw-9"}, []string{"monitor"})
+	if err != nil || !r.AuthEnabled {
+		t.Fatalf("roles: %+v %v", r, err)
+	}
+	if _, err := root.EnsureRoles(ctx, "/p/", []string{"m0"}, nil); err != nil {
+		t.Fatalf("roles again, as root: %v", err)
+	}
+	bridge := c.ops(files(ca.Issue("gw-9"))).Client()
+	if _, err := bridge.Put(ctx, "/p/s1", "{}"); err != nil {
+		t.Fatalf("bridge write: %v", err)
+	}
+	if _, err := bridge.Put(ctx, "/elsewhere", "x"); err == nil {
+		t.Error("a bridge wrote outside the key prefix")
+	}
+	reader := c.ops(files(ca.Issue("monitor"))).Client()
+	if resp, err := reader.Get(ctx, "/p/s1"); err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("reader read: %v", err)
+	}
+	if _, err := reader.Put(ctx, "/p/s1", "{}"); err == nil {
+		t.Error("a reader wrote a row")
+	}
+	stranger := c.ops(files(ca.Issue("stranger"))).Client()
+	if _, err := stranger.Get(ctx, "/p/s1"); err == nil {
+		t.Error("a certificate name without a role read a row")
+	}
+	if _, err := c.ops(files(ca.Issue("gw-9"))).EnsureRoles(ctx, "/p/", []string{"x"}, nil); err == nil {
+		t.Error("a bridge changed the roles")
+	}
+	if ms, err := c.ops(files(ca.Issue("monitor"))).Members(ctx); err != nil || len(ms) != 3 || !ms[0].Reachable {
+		t.Errorf("members with authentication on: %+v %v", ms, err)
+	}
+}
