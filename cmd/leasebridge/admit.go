@@ -66,6 +66,9 @@ func admit(args []string, stdout, stderr io.Writer) int {
 		for _, w := range doc.Warnings {
 			fmt.Fprintf(stdout, "warning: %v\n", w)
 		}
+		if cfg.IsWitness() {
+			fmt.Fprintf(stdout, "a witness's file (lease_store.members, no routes): `leasebridge store -c FILE` runs the member %s; `leasebridge run` refuses it\n", cfg.Node)
+		}
 		if len(notes) > 0 {
 			fmt.Fprintf(stdout, "\nnot checked here: the deployment provides them, and run requires them:\n")
 			for _, n := range notes {

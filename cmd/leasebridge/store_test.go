@@ -237,6 +237,9 @@ func TestStoreReplaceMismatchWitnessAndRestore(t *testing.T) {
 	if code, _, errs := runCmd(t, "run", "-c", witness); code != exitInvalid || !strings.Contains(errs, "witness") {
 		t.Fatalf("run on a witness's file: exit %d %s", code, errs)
 	}
+	if code, out, errs := runCmd(t, "admit", "-c", witness); code != exitOK || !strings.Contains(out, "a witness's file") {
+		t.Fatalf("admit on a witness's file: exit %d\n%s%s", code, out, errs)
+	}
 	for _, n := range f.names {
 		f.startStore(n, filepath.Join(f.dir, n+".yaml"))
 	}
