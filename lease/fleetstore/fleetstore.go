@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"slices"
@@ -202,13 +203,13 @@ func (o Options) config(self Member) (*embed.Config, error) {
 	cfg := embed.NewConfig()
 	cfg.Name, cfg.Dir = o.Name, o.Dir
 	var err error
-	if cfg.ListenPeerUrls, err = urls(self.PeerURL); err != nil {
+	if cfg.AdvertisePeerUrls, err = urls(self.PeerURL); err != nil {
 		return nil, err
 	}
-	if cfg.ListenClientUrls, err = urls(self.ClientURL); err != nil {
+	if cfg.AdvertiseClientUrls, err = urls(self.ClientURL); err != nil {
 		return nil, err
 	}
-	cfg.AdvertisePeerUrls, cfg.AdvertiseClientUrls = cfg.ListenPeerUrls, cfg.ListenClientUrls
+	cfg.ListenPeerUrls, cfg.ListenClientUrls = listenURLs(cfg.AdvertisePeerUrls), listenURLs(cfg.AdvertiseClientUrls)
 	pairs := make([]string, len(o.Members))
 	for i, m := range o.Members {
 		pairs[i] = m.Name + "=" + m.PeerURL
@@ -226,6 +227,21 @@ func (o Options) config(self Member) (*embed.Config, error) {
 		cfg.ClientTLSInfo, cfg.PeerTLSInfo = info, info
 	}
 	return cfg, nil
+}
+
+// listenURLs are where a member listens for its advertised URLs: the
+// same address when it is an IP address (or localhost), else every
+// address at that port. etcd binds only IP addresses, and a member named
+// by DNS (a Kubernetes StatefulSet's pod) must still be reached there.
+func listenURLs(adv []url.URL) []url.URL {
+	out := make([]url.URL, len(adv))
+	for i, u := range adv {
+		out[i] = u
+		if h := u.Hostname(); h != "localhost" && net.ParseIP(h) == nil {
+			out[i].Host = net.JoinHostPort("0.0.0.0", u.Port())
+		}
+	}
+	return out
 }
 
 func urls(s string) ([]url.URL, error) {

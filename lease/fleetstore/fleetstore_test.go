@@ -413,3 +413,17 @@ func TestRolesSeparateBridgesAndReaders(t *testing.T) {
 		t.Errorf("members with authentication on: %+v %v", ms, err)
 	}
 }
+
+// A member named by IP listens on it; one named by DNS on every address.
+func TestListenURLs(t *testing.T) {
+	for adv, want := range map[string]string{"https://10.0.0.1:2380": "https://10.0.0.1:2380", "https://localhost:2380": "https://localhost:2380",
+		"https://etcd-0.etcd:2380": "https://0.0.0.0:2380", "https://[::1]:2379": "https://[::1]:2379"} {
+		u, err := urls(adv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := listenURLs(u)[0]; got.String() != want {
+			t.Errorf("%s: listens on %s, want %s", adv, got.String(), want)
+		}
+	}
+}
