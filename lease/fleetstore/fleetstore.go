@@ -110,6 +110,9 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkCluster(o, live); err != nil {
+		return nil, err
+	}
 	cfg, joined, err := o.plan(self, live)
 	if err != nil {
 		return nil, err

@@ -200,6 +200,20 @@ func TestMismatchedMemberListRefused(t *testing.T) {
 	if err := c.start(ctx, o); !errors.Is(err, ErrMismatch) {
 		t.Fatalf("mismatch with data: %v", err)
 	}
+	// Data of an earlier cluster (as if rebuilt while m2 was away).
+	id, _, err := readIdentity(c.dirs["m2"])
+	if err != nil || id.ClusterID == "" {
+		t.Fatalf("identity %+v %v", id, err)
+	}
+	running := id.ClusterID
+	id.ClusterID = "1234abcd"
+	if err := writeIdentity(c.dirs["m2"], id); err != nil {
+		t.Fatal(err)
+	}
+	err = c.start(ctx, c.options("m2"))
+	if !errors.Is(err, ErrForeignDir) || !strings.Contains(err.Error(), "cluster 1234abcd, but cluster "+running+" runs") {
+		t.Fatalf("earlier cluster's data: %v", err)
+	}
 }
 
 // A client whose certificate comes from another CA can neither read nor

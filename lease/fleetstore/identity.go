@@ -111,3 +111,18 @@ func checkDir(o Options) error {
 	}
 	return nil
 }
+
+// checkCluster refuses a data directory of an earlier cluster than the
+// one running (rebuilt after a quorum loss while this member was away):
+// its peers would refuse it forever.
+func checkCluster(o Options, live *liveCluster) error {
+	if live == nil || !hasData(o.Dir) {
+		return nil
+	}
+	id, ok, err := readIdentity(o.Dir)
+	if err != nil || !ok || id.ClusterID == "" || id.ClusterID == live.clusterID {
+		return err
+	}
+	return fmt.Errorf("%w: %s holds member %s of cluster %s, but cluster %s runs at %s: move the directory away, run `leasebridge store replace %s -c FILE` on another member's node, then start this one again",
+		ErrForeignDir, o.Dir, id.Member, id.ClusterID, live.clusterID, live.endpoint, o.Name)
+}
