@@ -60,7 +60,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	}
 	if cfg.IsWitness() {
 		fmt.Fprintf(stderr, "leasebridge run: %s is a witness's file (lease_store.members and no routes): there is nothing to bridge; run its member with `leasebridge store -c %s`\n", *file, *file)
-		return failover.ExitInvalid
+		return exitcode.Invalid
 	}
 	reports := built.Admit()
 	refused := false

@@ -12,41 +12,21 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/leasebridge/leasebridge/cmd/leasebridge/exitcode"
 	"github.com/leasebridge/leasebridge/internal/redact"
 	"github.com/leasebridge/leasebridge/lease/etcdembed"
 	"github.com/leasebridge/leasebridge/lease/fleetstore"
 	"github.com/leasebridge/leasebridge/routes"
 )
 
-// Exit statuses of `leasebridge store` and its subcommands, rendered in
-// docs/operations.md from storeExitStatuses.
+// Exit statuses of `leasebridge store` and its subcommands
+// (exitcode.StoreStatuses, rendered in docs/operations.md).
 const (
-	// exitStoreOK: the member stopped on SIGTERM or SIGINT, or the
-	// subcommand did what it says.
-	exitStoreOK = 0
-	// exitStoreFailed: the member failed while running or could not start
-	// (data directory locked, disk full); members: a member is
-	// unreachable, raised an alarm, or no leader is known; replace: the
-	// member still runs.
-	exitStoreFailed = 1
-	// exitStoreInvalid: invalid configuration or usage, or a start refused
-	// until an operator acts (node not a member, member list mismatch,
-	// wiped member, another member's data directory).
-	exitStoreInvalid = 2
-	// exitStoreUnreachable: no member answered (the subcommands).
-	exitStoreUnreachable = exitStoreDown
+	exitStoreOK          = exitcode.OK
+	exitStoreFailed      = exitcode.StoreFailed
+	exitStoreInvalid     = exitcode.Invalid
+	exitStoreUnreachable = exitcode.StoreDown
 )
-
-// storeExitStatuses documents the exit statuses of `leasebridge store`.
-var storeExitStatuses = []struct {
-	Code     int
-	When, Do string
-}{
-	{exitStoreOK, "SIGTERM or SIGINT stopped the member; a subcommand did what it says (members: every member reachable, no alarm, one leader)", "nothing"},
-	{exitStoreFailed, "the member failed while running or could not start (its data directory locked by another process, the disk full); `members`: a member is unreachable, raised an alarm, or there is no leader; `replace`: the member still answers", "read the `ERROR` line; a restart retries a failed member; stop a member before replacing it"},
-	{exitStoreInvalid, "invalid configuration or usage; or a start refused until an operator acts: the node is not in `lease_store.members`, its member list differs from the cluster's (both named), its data was wiped (the message names `store replace`), its data directory belongs to another member or cluster", "fix the file or follow the message; restarting alone does not help"},
-	{exitStoreUnreachable, "a subcommand reached no member", "check the members' processes and network; `store members` names each"},
-}
 
 // store is `leasebridge store`: the member of this file's node, or one of
 // the operations on the running store.

@@ -319,20 +319,6 @@ func checkRestore(t *testing.T, f *fleet, file string) {
 	t.Logf("stamped %d before the restore; restored at %d; the next owner %s stamps %d", stamped, restored, row.Node, row.Epoch)
 }
 
-// docs/operations.md lists every exit status of `store` as the code has
-// it.
-func TestStoreExitStatusesDocumented(t *testing.T) {
-	b, err := os.ReadFile("../../docs/operations.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range storeExitStatuses {
-		if row := fmt.Sprintf("| %d | %s | %s |", e.Code, e.When, e.Do); !strings.Contains(string(b), row) {
-			t.Errorf("docs/operations.md lacks the row\n%s", row)
-		}
-	}
-}
-
 // admit accepts a two-member file and warns, at the members' line, that
 // it survives the loss of neither; `store` on a node outside the members
 // exits 2 naming the file's line.

@@ -212,7 +212,7 @@ func operationsPage() ([]byte, error) {
 	opsData := map[string]any{
 		"StartupLog": startup,
 		"ExitOK":     exitcode.OK, "ExitRefused": exitcode.Failure, "ExitInvalid": exitcode.Invalid,
-		"ExitFailure": exitcode.Failure, "Exits": exitTable(),
+		"ExitFailure": exitcode.Failure, "Exits": exitTable(exitcode.Statuses), "StoreExits": exitTable(exitcode.StoreStatuses),
 		"Metrics": metrics, "GCPercent": failover.GCPercent, "Probes": failover.ProbesPerRenewInterval,
 	}
 	for k, v := range embeddedDisk() {
@@ -288,11 +288,12 @@ func admitExample() (string, error) {
 	return b.String(), nil
 }
 
-// exitTable renders exitcode.Statuses.
-func exitTable() string {
+// exitTable renders a command's exit statuses (exitcode.Statuses,
+// exitcode.StoreStatuses).
+func exitTable(statuses []exitcode.Status) string {
 	var b strings.Builder
 	b.WriteString("| exit status | when | what to do |\n|---|---|---|\n")
-	for _, e := range exitcode.Statuses {
+	for _, e := range statuses {
 		fmt.Fprintf(&b, "| %d | %s | %s |\n", e.Code, e.When, e.Do)
 	}
 	return b.String()

@@ -1,6 +1,6 @@
 // Package exitcode is the one table of the exit statuses of every
-// leasebridge command: run, admit, and the fleet commands (status,
-// handover, drain, undrain). The commands, their help and the generated
+// leasebridge command: run, admit, the fleet commands (status,
+// handover, drain, undrain) and store. The commands, their help and the generated
 // docs all take the numbers from here.
 package exitcode
 
@@ -73,3 +73,25 @@ const (
 	// StoreDown: the lease store could not be read or written.
 	StoreDown = 3
 )
+
+// Exit statuses of `leasebridge store` and its subcommands: OK (0),
+// Invalid (2), StoreDown (3) for a subcommand that reached no member, and
+// StoreFailed. docs/operations.md lists them from StoreStatuses.
+const (
+	// StoreFailed: the member failed while running or could not start;
+	// members: one is unhealthy; replace: the member still answers.
+	StoreFailed = 1
+)
+
+// StoreStatuses is every exit status of `leasebridge store`, in order.
+var StoreStatuses = []Status{
+	{OK, "SIGTERM or SIGINT stopped the member; a subcommand did what it says (members: every member reachable, no alarm, one leader)", "nothing"},
+	{StoreFailed, "the member failed while running or could not start (its data directory locked by another process, the disk full); " +
+		"`members`: a member is unreachable, raised an alarm, or there is no leader; `replace`: the member still answers",
+		"read the `ERROR` line; a restart retries a failed member; stop a member before replacing it"},
+	{Invalid, "invalid configuration or usage; or a start refused until an operator acts: the node is not in `lease_store.members`, " +
+		"its member list differs from the cluster's (both named), its data was wiped (the message names `store replace`), " +
+		"its data directory belongs to another member or cluster",
+		"fix the file or follow the message; restarting alone does not help"},
+	{StoreDown, "a subcommand reached no member", "check the members' processes and network; `store members` names each"},
+}
