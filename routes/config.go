@@ -71,7 +71,10 @@ type LeaseStore struct {
 	Credentials `yaml:",inline"`
 	// Members, when set, make the fleet its own lease store: each entry is
 	// one etcd member run by `leasebridge store` on the node of that name,
-	// and every bridge of the fleet uses their client URLs as endpoints.
+	// and every bridge of the fleet uses their client URLs as endpoints. A
+	// node outside the list runs bridges only (`store` refuses it); a file
+	// with members and no routes is a witness's, whose node must be listed
+	// (docs/fleet-store.md).
 	Members []StoreMember `yaml:"members"`
 	// HeartbeatInterval is the members' raft heartbeat (etcd's
 	// --heartbeat-interval).
