@@ -72,7 +72,9 @@ are named), when its data directory belongs to another member or cluster,
 and when its data was lost while its cluster runs: then run
 "store replace NAME" on another node and start it again. A file with members
 and no routes is a witness's: it runs "store" only. An even member count is
-warned about: two members cannot survive the loss of either.
+warned about: two members cannot survive the loss of either. After a quorum
+loss that lost a majority's data, every member is started empty once with
+--new-cluster-token (docs/operations.md, quorum loss).
 
 Subcommands, each with --json, exit 3 when no member answers:
   members         each member: reachable, leader, raft term and index,

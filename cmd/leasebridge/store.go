@@ -73,6 +73,7 @@ func storeRun(args []string, stdout, stderr io.Writer) int {
 	file := fl.String("c", "", "the configuration `FILE` (required)")
 	format := fl.String("log-format", "json", "log as `json|text`")
 	level := fl.String("log-level", "info", "the least severe level logged: `debug|info|warn|error`")
+	token := fl.String("new-cluster-token", "", "bootstrap a rebuilt cluster under `TOKEN` (the same on every member, after a quorum loss; docs/operations.md)")
 	if err := fl.parse(args); err != nil {
 		return flagStatus(err)
 	}
@@ -92,6 +93,7 @@ func storeRun(args []string, stdout, stderr io.Writer) int {
 		log.Error("store member refused", "err", err, "exit_status", exitStoreInvalid)
 		return exitStoreInvalid
 	}
+	opts.ClusterToken = *token
 	for _, w := range cfg.StoreWarnings() {
 		log.Warn("weak lease store", "problem", w.Error())
 	}

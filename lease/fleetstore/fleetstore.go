@@ -71,6 +71,13 @@ type Options struct {
 	// Probe bounds asking the other members whether their cluster runs
 	// (default 3 s).
 	Probe time.Duration
+	// ClusterToken, when set, replaces the token derived from the member
+	// list at a first bootstrap: a cluster rebuilt after a quorum loss
+	// then gets a new cluster id, and a member still holding the old
+	// cluster's data is refused instead of corrupting the new one. Every
+	// member bootstrapping together must be given the same token; etcd
+	// ignores it for a member with data or one that joins.
+	ClusterToken string
 	// Logger receives etcd's warnings and errors and the member's own
 	// progress; nil discards them.
 	Logger *slog.Logger
@@ -219,6 +226,9 @@ func (o Options) config(self Member) (*embed.Config, error) {
 	}
 	cfg.InitialCluster = strings.Join(pairs, ",")
 	cfg.InitialClusterToken = clusterToken(o.Members)
+	if o.ClusterToken != "" {
+		cfg.InitialClusterToken = o.ClusterToken
+	}
 	cfg.ClusterState = embed.ClusterStateFlagNew
 	cfg.TickMs, cfg.ElectionMs = uint(o.Heartbeat.Milliseconds()), uint(o.Election.Milliseconds())
 	cfg.MaxWalFiles, cfg.MaxSnapFiles = etcdembed.MaxWALFiles, etcdembed.MaxSnapFiles

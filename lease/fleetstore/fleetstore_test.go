@@ -441,3 +441,33 @@ func TestListenURLs(t *testing.T) {
 		}
 	}
 }
+
+// A cluster rebuilt after a quorum loss with a new token has a new
+// cluster id, so a member still holding the old cluster's data is refused.
+func TestRebuiltClusterRefusesOldData(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	c.startAll()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, n := range []string{"m0", "m1", "m2"} {
+		c.stop(n)
+	}
+	errs := make(chan error, 2)
+	for _, n := range []string{"m0", "m1"} {
+		if err := os.RemoveAll(c.dirs[n]); err != nil {
+			t.Fatal(err)
+		}
+		o := c.options(n)
+		o.ClusterToken = "rebuild-1"
+		go func() { errs <- c.start(ctx, o) }()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := c.start(ctx, c.options("m2"))
+	if !errors.Is(err, ErrForeignDir) || !strings.Contains(err.Error(), "store replace m2") {
+		t.Fatalf("old cluster's member: %v, want ErrForeignDir", err)
+	}
+}
