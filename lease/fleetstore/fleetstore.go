@@ -335,15 +335,6 @@ func sameMembers(got, want []string) bool {
 // Err reports the member's failure while it runs.
 func (s *Server) Err() <-chan error { return s.etcd.Err() }
 
-// ClientURLs are the member's client URLs.
-func (s *Server) ClientURLs() []string {
-	out := make([]string, len(s.etcd.Clients))
-	for i, l := range s.etcd.Clients {
-		out[i] = l.Addr().String()
-	}
-	return out
-}
-
 // Close stops the member, waiting at most etcdembed.CloseTimeout, and
 // releases the data directory's lock once it has stopped; calling it twice
 // is safe.
