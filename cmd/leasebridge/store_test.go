@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -251,6 +252,17 @@ func TestStoreReplaceMismatchWitnessAndRestore(t *testing.T) {
 	if code, log := sp.wait(t, 30*time.Second); code != exitStoreOK {
 		t.Fatalf("SIGTERM: exit %d\n%s", code, log)
 	}
+	// Two of three answer: the store serves, and members says who is not.
+	code, out, errs := runCmd(t, "store", "members", "-c", gw0, "--json")
+	var doc membersDoc
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || code != exitStoreFailed || doc.Healthy {
+		t.Fatalf("members with the witness down: exit %d %v\n%s%s", code, err, out, errs)
+	}
+	for _, m := range doc.Members {
+		if (m.Name == "w") == m.Reachable {
+			t.Errorf("member %s reachable %v", m.Name, m.Reachable)
+		}
+	}
 	gw1Peer := strings.Split(strings.Split(f.members, "\n")[1], "\"")[1]
 	other := strings.Replace(f.members, gw1Peer, "http://"+testbin.FreeAddr(t), 1)
 	code, log := f.startStore("w", f.write("w-other", f.witnessFile("w", other))).wait(t, 60*time.Second)
@@ -265,7 +277,7 @@ func TestStoreReplaceMismatchWitnessAndRestore(t *testing.T) {
 	if code != exitStoreInvalid || !strings.Contains(log, "leasebridge store replace w") {
 		t.Fatalf("wiped member: exit %d\n%s", code, log)
 	}
-	code, out, errs := runCmd(t, "store", "replace", "w", "-c", gw0)
+	code, out, errs = runCmd(t, "store", "replace", "w", "-c", gw0)
 	if code != exitStoreOK || !strings.Contains(out, "member w replaced") {
 		t.Fatalf("store replace: exit %d\n%s%s", code, out, errs)
 	}

@@ -69,7 +69,9 @@ type MemberHealth struct {
 
 // Members lists the cluster's members with each one's health.
 func (o *Ops) Members(ctx context.Context) ([]MemberHealth, error) {
-	lctx, cancel := context.WithTimeout(ctx, o.Call)
+	// The list comes from whichever member answers first; a dead endpoint
+	// tried first costs a reconnect, so it gets more than one status call.
+	lctx, cancel := context.WithTimeout(ctx, 3*o.Call)
 	resp, err := o.cli.MemberList(lctx)
 	cancel()
 	if err != nil {
