@@ -7,10 +7,14 @@
 //	                                   usage, the hosts of its URLs as SANs
 //	bridge-NAME.crt, bridge-NAME.key   a bridge (`leasebridge run`): client
 //	reader-NAME.crt, reader-NAME.key   a reader (`leasebridge status`): client
+//	admin.crt, admin.key               the store's administrator: client,
+//	                                   common name root
 //
 // The certificate's common name is NAME: with client certificate
 // authentication on, etcd takes it as the user name, so the roles of
-// lease/etcdauth apply to it. Keys are written 0600 and nothing that exists
+// lease/etcdauth apply to it. A gateway's member and bridge certificates
+// both carry the gateway's node name and so act as one etcd user, the
+// bridge's; only the admin certificate acts as etcd's root. Keys are written 0600 and nothing that exists
 // is ever overwritten: a second CA would split the fleet in two.
 package fleetca
 
@@ -64,7 +68,13 @@ const (
 	Bridge Kind = "bridge"
 	// Reader is a tool that only reads rows (`leasebridge status`).
 	Reader Kind = "reader"
+	// Admin is the store's administrator (etcd's root user): roles,
+	// member changes, snapshots. Its name is always AdminName.
+	Admin Kind = "admin"
 )
+
+// AdminName is the common name of the admin certificate: etcd's root user.
+const AdminName = "root"
 
 // The CA's files inside the directory.
 const (
@@ -77,9 +87,13 @@ type Files struct {
 	Cert, Key string
 }
 
-// FilesOf returns where the certificate of kind and name lives in dir.
+// FilesOf returns where the certificate of kind and name lives in dir;
+// the admin's name is not part of its file names.
 func FilesOf(dir string, kind Kind, name string) Files {
 	base := filepath.Join(dir, string(kind)+"-"+name)
+	if kind == Admin {
+		base = filepath.Join(dir, string(Admin))
+	}
 	return Files{Cert: base + ".crt", Key: base + ".key"}
 }
 
@@ -98,7 +112,7 @@ func CheckName(name string) error {
 		return fmt.Errorf("%w %q: want 1 to 63 of A-Z a-z 0-9 . _ -, starting with a letter or digit", ErrName, name)
 	}
 	if name == "root" {
-		return fmt.Errorf("%w %q: etcd's administrator user; name the node instead", ErrName, name)
+		return fmt.Errorf("%w %q: etcd's administrator user, the admin certificate's alone; name the node instead", ErrName, name)
 	}
 	return nil
 }
@@ -141,10 +155,13 @@ func Init(dir string, now time.Time) (Files, error) {
 
 // Issue signs a certificate of kind for name with the CA in dir and writes
 // it next to the CA. hosts (DNS names or IP addresses) become the
-// certificate's SANs; a member needs at least one, a bridge or reader
-// none. It refuses when either of the certificate's files exists.
+// certificate's SANs; a member needs at least one, the others none. The
+// admin's name is AdminName whatever name says. It refuses when either of
+// the certificate's files exists.
 func Issue(dir string, kind Kind, name string, hosts []string, now time.Time) (Files, error) {
-	if err := CheckName(name); err != nil {
+	if kind == Admin {
+		name = AdminName
+	} else if err := CheckName(name); err != nil {
 		return Files{}, err
 	}
 	var usage []x509.ExtKeyUsage
@@ -154,10 +171,10 @@ func Issue(dir string, kind Kind, name string, hosts []string, now time.Time) (F
 			return Files{}, fmt.Errorf("%w: member %q", ErrNoHosts, name)
 		}
 		usage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
-	case Bridge, Reader:
+	case Bridge, Reader, Admin:
 		usage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
 	default:
-		return Files{}, fmt.Errorf("fleetca: unknown kind %q: want member, bridge or reader", kind)
+		return Files{}, fmt.Errorf("fleetca: unknown kind %q: want member, bridge, reader or admin", kind)
 	}
 	f := FilesOf(dir, kind, name)
 	if err := refuseExisting(f, "remove both files first to issue it again"); err != nil {

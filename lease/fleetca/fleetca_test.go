@@ -120,12 +120,18 @@ func TestMemberCertificate(t *testing.T) {
 // this CA and by no other.
 func TestClientCertificates(t *testing.T) {
 	dir, other := mustInit(t), mustInit(t)
-	for _, kind := range []Kind{Bridge, Reader} {
+	for _, kind := range []Kind{Bridge, Reader, Admin} {
 		f, err := Issue(dir, kind, "ops-1", nil, time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
 		leaf := loadLeaf(t, f)
+		if want := map[Kind]string{Admin: AdminName}[kind]; want != "" && leaf.Subject.CommonName != want {
+			t.Errorf("%s: CN %q, want %q", kind, leaf.Subject.CommonName, want)
+		}
+		if kind == Admin && filepath.Base(f.Key) != "admin.key" {
+			t.Errorf("admin key at %s, want admin.key", f.Key)
+		}
 		if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool(t, dir), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
 			t.Errorf("%s: client use: %v", kind, err)
 		}
