@@ -10,6 +10,8 @@
 //	leasebridge status -c FILE [--json]     the fleet view from the lease store
 //	leasebridge handover SESSION [--to NODE] -c FILE
 //	leasebridge drain NODE -c FILE / undrain NODE -c FILE
+//	leasebridge certs init|member NAME|bridge NAME|reader NAME|admin --dir DIR [-c FILE]
+//	                                        the fleet store's CA and certificates
 //	leasebridge help [COMMAND]              the commands, or one's flags and examples
 //	leasebridge version                     the build stamp (also --version)
 //
@@ -87,6 +89,9 @@ func commands() []command {
 		{name: "undrain", synopsis: "NODE -c FILE",
 			summary: "the node competes for its sessions again",
 			about:   undrainAbout, examples: undrainExamples, main: drain("undrain", false)},
+		{name: "certs", synopsis: "init|member NAME|bridge NAME|reader NAME|admin --dir DIR [-c FILE] [--host HOST]...",
+			summary: "the fleet store's CA and a certificate per member, bridge and reader",
+			about:   certsAbout, examples: certsExamples, main: certs},
 		{name: "version", synopsis: "",
 			summary: "module version, VCS revision, Go version (also --version)",
 			about:   versionAbout, examples: versionExamples, main: version},
