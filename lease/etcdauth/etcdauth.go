@@ -25,9 +25,14 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/leasebridge/leasebridge/internal/redact"
 
 	"github.com/leasebridge/leasebridge/lease/etcdstore"
 	"github.com/leasebridge/leasebridge/lease/fleetca"
@@ -46,8 +51,50 @@ const (
 	RootUser = "root"
 )
 
-// ErrIdentity reports a name that cannot be an etcd user of the fleet.
-var ErrIdentity = errors.New("etcdauth: invalid identity")
+// Sentinel errors.
+var (
+	// ErrIdentity reports a name that cannot be an etcd user of the fleet.
+	ErrIdentity = errors.New("etcdauth: invalid identity")
+	// ErrNotRoot reports a store that refused to change its roles: its
+	// authentication is on and the certificate is not the admin's.
+	ErrNotRoot = errors.New("etcdauth: the store refused: authentication is on and only the admin certificate (common name root) may change roles")
+	// ErrUnreachable reports a store that did not answer.
+	ErrUnreachable = errors.New("etcdauth: no member answered")
+)
+
+// Config locates the store and the certificate to act with.
+type Config struct {
+	Endpoints                 []string
+	CAFile, CertFile, KeyFile string
+	// Timeout bounds connecting and the whole of Apply.
+	Timeout time.Duration
+}
+
+// Apply connects with cfg's certificate and runs EnsureRoles, telling a
+// refusal (ErrNotRoot) and an unreachable store (ErrUnreachable) apart.
+func Apply(ctx context.Context, cfg Config, keyPrefix string, bridges, readers []string) error {
+	tc, err := transport.TLSInfo{CertFile: cfg.CertFile, KeyFile: cfg.KeyFile, TrustedCAFile: cfg.CAFile}.ClientConfig()
+	if err != nil {
+		return fmt.Errorf("etcdauth: tls (cert %q, key %q, ca %q): %w", cfg.CertFile, cfg.KeyFile, cfg.CAFile, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.Endpoints, TLS: tc, DialTimeout: cfg.Timeout, Logger: zap.NewNop(), Context: ctx})
+	if err != nil {
+		return fmt.Errorf("%w: %v: %w", ErrUnreachable, redact.URLs(cfg.Endpoints), err)
+	}
+	defer cli.Close()
+	err = EnsureRoles(ctx, cli, keyPrefix, bridges, readers)
+	switch e := rpctypes.Error(errors.Unwrap(err)); {
+	case err == nil:
+		return nil
+	case errors.Is(e, rpctypes.ErrPermissionDenied) || errors.Is(e, rpctypes.ErrUserNotFound):
+		return fmt.Errorf("%w: %w", ErrNotRoot, err)
+	case ctx.Err() != nil:
+		return fmt.Errorf("%w: %v: %w", ErrUnreachable, redact.URLs(cfg.Endpoints), err)
+	}
+	return err
+}
 
 // KeySpaces returns the key prefixes the roles cover: the fleet's key
 // prefix and the endpoint claims every fleet shares.

@@ -4,21 +4,18 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"fmt"
-	"net"
 	"net/url"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
+	"github.com/leasebridge/leasebridge/internal/testetcd"
 	"github.com/leasebridge/leasebridge/lease"
 	"github.com/leasebridge/leasebridge/lease/etcdauth"
 	"github.com/leasebridge/leasebridge/lease/etcdstore"
@@ -27,22 +24,8 @@ import (
 
 const prefix = "/leasebridge/plant-b/"
 
-// fleet is a 3-member embedded etcd whose peer and client traffic needs a
-// certificate of the fleet CA in dir, as `leasebridge store` runs it.
-type fleet struct {
-	dir                 string
-	clientURLs, peerURL []string
-}
-
-func freeURL(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return "https://" + l.Addr().String()
-}
+// fleet is testetcd's fleet with clients of its certificates.
+type fleet struct{ *testetcd.Fleet }
 
 func must(t *testing.T, err error) {
 	t.Helper()
@@ -53,77 +36,18 @@ func must(t *testing.T, err error) {
 
 func startFleet(t *testing.T) *fleet {
 	t.Helper()
-	f := &fleet{dir: filepath.Join(t.TempDir(), "pki")}
-	_, err := fleetca.Init(f.dir, time.Now())
-	must(t, err)
-	var initial []string
-	for i := range 3 {
-		f.clientURLs = append(f.clientURLs, freeURL(t))
-		f.peerURL = append(f.peerURL, freeURL(t))
-		initial = append(initial, fmt.Sprintf("gw-%d=%s", i, f.peerURL[i]))
-		hosts, err := fleetca.HostsOf(f.clientURLs[i], f.peerURL[i])
-		must(t, err)
-		_, err = fleetca.Issue(f.dir, fleetca.Member, fmt.Sprintf("gw-%d", i), hosts, time.Now())
-		must(t, err)
-	}
-	var wg sync.WaitGroup
-	errs := make([]error, 3)
-	for i := range 3 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = f.startMember(t, i, strings.Join(initial, ","))
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	return f
-}
-
-// startMember starts member i and waits until it serves.
-func (f *fleet) startMember(t *testing.T, i int, initial string) error {
-	name := fmt.Sprintf("gw-%d", i)
-	files := fleetca.FilesOf(f.dir, fleetca.Member, name)
-	tlsInfo := transport.TLSInfo{CertFile: files.Cert, KeyFile: files.Key, TrustedCAFile: fleetca.CAFiles(f.dir).Cert, ClientCertAuth: true}
-	cu, _ := url.Parse(f.clientURLs[i])
-	pu, _ := url.Parse(f.peerURL[i])
-	cfg := embed.NewConfig()
-	cfg.Name, cfg.Dir = name, t.TempDir()
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
-	cfg.ClientTLSInfo, cfg.PeerTLSInfo = tlsInfo, tlsInfo
-	cfg.InitialCluster, cfg.InitialClusterToken = initial, "fleetauth-test"
-	cfg.TickMs, cfg.ElectionMs = 10, 100
-	cfg.UnsafeNoFsync = true
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		return fmt.Errorf("start %s: %w", name, err)
-	}
-	t.Cleanup(e.Close)
-	select {
-	case <-e.Server.ReadyNotify():
-		return nil
-	case err := <-e.Err():
-		return fmt.Errorf("%s: %w", name, err)
-	case <-time.After(time.Minute):
-		return fmt.Errorf("%s not ready within a minute", name)
-	}
+	return &fleet{testetcd.StartFleet(t, 3)}
 }
 
 // client connects with a certificate of kind and name from dir.
 func (f *fleet) client(t *testing.T, dir string, kind fleetca.Kind, name string) *clientv3.Client {
 	t.Helper()
 	files := fleetca.FilesOf(dir, kind, name)
-	tlsCfg, err := transport.TLSInfo{CertFile: files.Cert, KeyFile: files.Key, TrustedCAFile: fleetca.CAFiles(f.dir).Cert}.ClientConfig()
+	tlsCfg, err := transport.TLSInfo{CertFile: files.Cert, KeyFile: files.Key, TrustedCAFile: fleetca.CAFiles(f.Dir).Cert}.ClientConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: f.clientURLs, TLS: tlsCfg, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: f.ClientURLs, TLS: tlsCfg, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,10 +58,10 @@ func (f *fleet) client(t *testing.T, dir string, kind fleetca.Kind, name string)
 // store opens lease/etcdstore as a bridge or reader does.
 func (f *fleet) store(t *testing.T, kind fleetca.Kind, name string) *etcdstore.Store {
 	t.Helper()
-	files := fleetca.FilesOf(f.dir, kind, name)
+	files := fleetca.FilesOf(f.Dir, kind, name)
 	st, err := etcdstore.New(t.Context(), etcdstore.Config{
-		Endpoints: f.clientURLs, DialTimeout: 10 * time.Second, KeyPrefix: prefix, CallTimeout: 10 * time.Second,
-		CertFile: files.Cert, KeyFile: files.Key, CAFile: fleetca.CAFiles(f.dir).Cert,
+		Endpoints: f.ClientURLs, DialTimeout: 10 * time.Second, KeyPrefix: prefix, CallTimeout: 10 * time.Second,
+		CertFile: files.Cert, KeyFile: files.Key, CAFile: fleetca.CAFiles(f.Dir).Cert,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -163,11 +87,11 @@ func TestRolesSeparateBridgesAndReaders(t *testing.T) {
 		kind fleetca.Kind
 		name string
 	}{{fleetca.Bridge, "gw-1"}, {fleetca.Reader, "scada"}, {fleetca.Reader, "ops"}, {fleetca.Bridge, "stranger"}, {fleetca.Admin, ""}} {
-		_, err := fleetca.Issue(f.dir, c.kind, c.name, nil, time.Now())
+		_, err := fleetca.Issue(f.Dir, c.kind, c.name, nil, time.Now())
 		must(t, err)
 	}
 	// Before authentication is on, any fleet certificate may set it up.
-	if err := etcdauth.EnsureRoles(ctx, f.client(t, f.dir, fleetca.Member, "gw-0"), prefix, []string{"gw-1"}, []string{"scada"}); err != nil {
+	if err := etcdauth.EnsureRoles(ctx, f.client(t, f.Dir, fleetca.Member, "gw-0"), prefix, []string{"gw-1"}, []string{"scada"}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -183,7 +107,7 @@ func TestRolesSeparateBridgesAndReaders(t *testing.T) {
 	if err := bridge.RequestHandover(ctx, lease.HandoverRequest{Session: "line-1", Epoch: 1, Owner: "gw-1#1"}, time.Minute); err != nil {
 		t.Fatalf("bridge handover request: %v", err)
 	}
-	cli := f.client(t, f.dir, fleetca.Bridge, "gw-1")
+	cli := f.client(t, f.Dir, fleetca.Bridge, "gw-1")
 	if _, err := cli.Put(ctx, etcdstore.ClaimKey("modbus-tcp://10.0.0.5:502"), "x"); err != nil {
 		t.Fatalf("bridge claim: %v", err)
 	}
@@ -199,23 +123,23 @@ func TestRolesSeparateBridgesAndReaders(t *testing.T) {
 	if _, err := reader.CompareAndSwap(ctx, "line-1", 0, lease.Row{Owner: "scada#1", Node: "scada", Epoch: 2}); !denied(err) {
 		t.Errorf("reader write: %v, want permission denied", err)
 	}
-	rcli := f.client(t, f.dir, fleetca.Reader, "scada")
+	rcli := f.client(t, f.Dir, fleetca.Reader, "scada")
 	if _, err := rcli.Delete(ctx, prefix, clientv3.WithPrefix()); !denied(err) {
 		t.Errorf("reader delete: %v, want permission denied", err)
 	}
 
 	// A certificate of the fleet whose name has no role reads nothing.
-	if _, err := f.client(t, f.dir, fleetca.Bridge, "stranger").Get(ctx, prefix+"line-1"); err == nil {
+	if _, err := f.client(t, f.Dir, fleetca.Bridge, "stranger").Get(ctx, prefix+"line-1"); err == nil {
 		t.Error("a certificate with no user read a row")
 	}
 	// Once on, the roles need root: the admin certificate, not a bridge.
 	if err := etcdauth.EnsureRoles(ctx, cli, prefix, []string{"gw-1"}, []string{"ops"}); err == nil {
 		t.Error("a bridge certificate changed the roles")
 	}
-	if err := etcdauth.EnsureRoles(ctx, f.client(t, f.dir, fleetca.Admin, ""), prefix, []string{"gw-1"}, []string{"ops"}); err != nil {
+	if err := etcdauth.EnsureRoles(ctx, f.client(t, f.Dir, fleetca.Admin, ""), prefix, []string{"gw-1"}, []string{"ops"}); err != nil {
 		t.Fatalf("admin adds a reader: %v", err)
 	}
-	if resp, err := f.client(t, f.dir, fleetca.Reader, "ops").Get(ctx, prefix+"line-1"); err != nil || len(resp.Kvs) != 1 {
+	if resp, err := f.client(t, f.Dir, fleetca.Reader, "ops").Get(ctx, prefix+"line-1"); err != nil || len(resp.Kvs) != 1 {
 		t.Errorf("added reader: %v, %v", resp, err)
 	}
 }
@@ -268,15 +192,15 @@ func TestCertificateFromAnotherCARefused(t *testing.T) {
 	must(t, err)
 	foreignMember, err := fleetca.Issue(other, fleetca.Member, "gw-3", []string{"127.0.0.1"}, time.Now())
 	must(t, err)
-	own, err := fleetca.Issue(f.dir, fleetca.Bridge, "gw-1", nil, time.Now())
+	own, err := fleetca.Issue(f.Dir, fleetca.Bridge, "gw-1", nil, time.Now())
 	must(t, err)
 
 	for _, c := range []struct {
 		what, url string
 		files     fleetca.Files
-	}{{"bridge, client port", f.clientURLs[0], foreignBridge}, {"member, peer port", f.peerURL[1], foreignMember}} {
+	}{{"bridge, client port", f.ClientURLs[0], foreignBridge}, {"member, peer port", f.PeerURLs[1], foreignMember}} {
 		// The server's alert: crypto/tls has no exported type for it on TCP.
-		err := handshake(t, c.url, c.files, f.dir)
+		err := handshake(t, c.url, c.files, f.Dir)
 		if err == nil || !strings.Contains(err.Error(), "remote error: tls: ") {
 			t.Errorf("%s: %v, want a TLS alert from the server", c.what, err)
 			continue
@@ -284,14 +208,14 @@ func TestCertificateFromAnotherCARefused(t *testing.T) {
 		t.Logf("%s refused: %v", c.what, err)
 	}
 	// The same hello with the fleet's certificate gets an answer.
-	if err := handshake(t, f.clientURLs[0], own, f.dir); err != nil {
+	if err := handshake(t, f.ClientURLs[0], own, f.Dir); err != nil {
 		t.Errorf("own certificate: %v, want the server's SETTINGS", err)
 	}
-	tlsCfg, err := transport.TLSInfo{CertFile: foreignBridge.Cert, KeyFile: foreignBridge.Key, TrustedCAFile: fleetca.CAFiles(f.dir).Cert}.ClientConfig()
+	tlsCfg, err := transport.TLSInfo{CertFile: foreignBridge.Cert, KeyFile: foreignBridge.Key, TrustedCAFile: fleetca.CAFiles(f.Dir).Cert}.ClientConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: f.clientURLs, TLS: tlsCfg, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: f.ClientURLs, TLS: tlsCfg, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
