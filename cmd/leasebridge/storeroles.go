@@ -39,6 +39,9 @@ const storeRolesExamples = `  # once the members run: each gateway's bridge, and
 // [--reader NAME...] [--cert FILE --key FILE]`.
 func storeRoles(args []string, stdout, stderr io.Writer) int {
 	fl := newFlags("store", stdout, stderr)
+	// Its own help and usage lines, whatever store's are.
+	fl.cmd = command{name: "store roles", synopsis: "-c FILE --bridge NAME... [--reader NAME...] [--cert FILE --key FILE]",
+		about: storeRolesAbout, examples: storeRolesExamples}
 	file := fl.String("c", "", "configuration file: the members (or endpoints), key_prefix and CA")
 	var bridges, readers hostList
 	fl.Var(&bridges, "bridge", "a bridge's certificate name: read and write (repeatable)")

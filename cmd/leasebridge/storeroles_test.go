@@ -52,6 +52,9 @@ func TestStoreRoles(t *testing.T) {
 	if code, out := roles("--bridge", "ops", "--reader", "hmi", "--cert", admin.Cert, "--key", admin.Key); code != exitOK {
 		t.Errorf("admin certificate: exit %d\n%s", code, out)
 	}
+	if code, out := roles("-h"); code != exitOK || !strings.Contains(out, "usage: leasebridge store roles -c FILE") || strings.Contains(out, "%!") {
+		t.Errorf("store roles -h: exit %d\n%s", code, out)
+	}
 	for _, c := range []struct {
 		args []string
 		want string
