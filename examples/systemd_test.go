@@ -20,19 +20,23 @@ import (
 // may score (0 is fully locked down, 10 fully exposed; 3.0 is still "OK").
 const maxExposure = 3.0
 
-const unitFile = "systemd/leasebridge.service"
+// The bridge's unit and the store member's.
+const (
+	unitFile      = "systemd/leasebridge.service"
+	storeUnitFile = "systemd/leasebridge-store.service"
+)
 
-// unitForBinary copies the unit into a temporary directory with its
+// unitForBinary copies a unit into a temporary directory with its
 // commands pointing at a binary built from this tree, since `verify`
 // checks that every command is executable.
-func unitForBinary(t *testing.T) string {
+func unitForBinary(t *testing.T, file string) string {
 	t.Helper()
-	raw, err := os.ReadFile(unitFile)
+	raw, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
 	unit := strings.ReplaceAll(string(raw), "/usr/local/bin/leasebridge", testbin.Leasebridge(t))
-	path := filepath.Join(t.TempDir(), "leasebridge.service")
+	path := filepath.Join(t.TempDir(), filepath.Base(file))
 	if err := os.WriteFile(path, []byte(unit), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -54,22 +58,24 @@ func systemdAnalyze(t *testing.T, args ...string) (stdout, stderr string) {
 	return out.String(), errb.String()
 }
 
-// `systemd-analyze verify` accepts the unit without a warning (it only
+// `systemd-analyze verify` accepts both units without a warning (it only
 // warns, exit 0, about a directive it ignores).
 func TestSystemdUnitVerifies(t *testing.T) {
-	out, errs := systemdAnalyze(t, "verify", unitForBinary(t))
-	if strings.TrimSpace(out+errs) != "" {
-		t.Errorf("systemd-analyze verify:\n%s%s", out, errs)
+	for _, f := range []string{unitFile, storeUnitFile} {
+		out, errs := systemdAnalyze(t, "verify", unitForBinary(t, f))
+		if strings.TrimSpace(out+errs) != "" {
+			t.Errorf("systemd-analyze verify %s:\n%s%s", f, out, errs)
+		}
 	}
 }
 
 var exposure = regexp.MustCompile(`Overall exposure level for \S+: ([0-9.]+)`)
 
-// The unit scores at most maxExposure in `systemd-analyze security`, and
-// keeps what the bridge needs: serial devices for Modbus RTU, no restart
-// of an invalid or refused configuration, the watchdog.
-func TestSystemdUnitSecurity(t *testing.T) {
-	out, errs := systemdAnalyze(t, "security", "--offline=yes", "--no-pager", unitForBinary(t))
+// securityScore is the unit's `systemd-analyze security` exposure, as
+// printed, after checking it is at most maxExposure.
+func securityScore(t *testing.T, file string) string {
+	t.Helper()
+	out, errs := systemdAnalyze(t, "security", "--offline=yes", "--no-pager", unitForBinary(t, file))
 	m := exposure.FindStringSubmatch(out + errs)
 	if m == nil {
 		t.Fatalf("no exposure level in systemd-analyze security output:\n%s%s", out, errs)
@@ -78,14 +84,31 @@ func TestSystemdUnitSecurity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("systemd-analyze security exposure %.1f (at most %.1f)", score, maxExposure)
+	t.Logf("%s: systemd-analyze security exposure %.1f (at most %.1f)", file, score, maxExposure)
 	if score > maxExposure {
-		t.Errorf("exposure %.1f > %.1f:\n%s", score, maxExposure, out)
+		t.Errorf("%s: exposure %.1f > %.1f:\n%s", file, score, maxExposure, out)
 	}
-	for doc, want := range map[string]string{
-		"../docs/install-systemd.md": "security leasebridge` scores it " + m[1] + " (OK)",
-		"../README.md":               "`systemd-analyze security` exposure " + m[1] + ",",
-	} {
+	return m[1]
+}
+
+// directives are the unit's lines, trimmed.
+func directives(t *testing.T, file string) map[string]bool {
+	t.Helper()
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := map[string]bool{}
+	for _, l := range strings.Split(string(raw), "\n") {
+		d[strings.TrimSpace(l)] = true
+	}
+	return d
+}
+
+// mentions checks that each document says its phrase, spaces collapsed.
+func mentions(t *testing.T, phrases map[string]string) {
+	t.Helper()
+	for doc, want := range phrases {
 		raw, err := os.ReadFile(doc)
 		if err != nil {
 			t.Fatal(err)
@@ -94,26 +117,64 @@ func TestSystemdUnitSecurity(t *testing.T) {
 			t.Errorf("%s does not say %q, the measured score", doc, want)
 		}
 	}
-	raw, err := os.ReadFile(unitFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	directives := map[string]bool{}
-	for _, l := range strings.Split(string(raw), "\n") {
-		directives[strings.TrimSpace(l)] = true
-	}
+}
+
+// The unit scores at most maxExposure in `systemd-analyze security`, and
+// keeps what the bridge needs: serial devices for Modbus RTU, no restart
+// of an invalid or refused configuration, the watchdog.
+func TestSystemdUnitSecurity(t *testing.T) {
+	score := securityScore(t, unitFile)
+	mentions(t, map[string]string{
+		"../docs/install-systemd.md": "security leasebridge` scores it " + score + " (OK)",
+		"../README.md":               "`systemd-analyze security` exposure " + score + ",",
+	})
+	have := directives(t, unitFile)
 	for _, want := range []string{
 		"Type=notify", "WatchdogSec=10s", "Restart=on-failure", "RestartPreventExitStatus=1 2",
 		"SupplementaryGroups=dialout", "DeviceAllow=char-ttyS rw", "DeviceAllow=char-ttyUSB rw", "DeviceAllow=char-ttyACM rw",
 		"StateDirectory=leasebridge", "NoNewPrivileges=yes", "CapabilityBoundingSet=", "UMask=0077",
 		"RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX", "SystemCallFilter=@system-service",
 	} {
-		if !directives[want] {
+		if !have[want] {
 			t.Errorf("%s lacks %q", unitFile, want)
 		}
 	}
 	// PrivateDevices=yes would hide the serial ports DeviceAllow opens.
-	if directives["PrivateDevices=yes"] {
+	if have["PrivateDevices=yes"] {
 		t.Errorf("%s sets PrivateDevices=yes: Modbus RTU needs /dev/tty*", unitFile)
+	}
+}
+
+// The store member's unit scores at most maxExposure too, restarts on
+// anything but an invalid file, shares the bridge unit's dynamic user and
+// state directory, and is bound to no other unit either way: a bridge's
+// step-down, crash loop or upgrade never stops the member.
+func TestStoreUnit(t *testing.T) {
+	score := securityScore(t, storeUnitFile)
+	mentions(t, map[string]string{"../docs/install-systemd.md": "security leasebridge-store` scores it " + score + " (OK)"})
+	have := directives(t, storeUnitFile)
+	for _, want := range []string{
+		"ExecStart=/usr/local/bin/leasebridge store -c /etc/leasebridge/config.yaml",
+		"Restart=on-failure", "RestartPreventExitStatus=2", "DynamicUser=yes", "User=leasebridge",
+		"StateDirectory=leasebridge", "PrivateDevices=yes", "NoNewPrivileges=yes", "CapabilityBoundingSet=", "UMask=0077",
+		"LoadCredential=member.key:/etc/leasebridge/pki/member.key",
+	} {
+		if !have[want] {
+			t.Errorf("%s lacks %q", storeUnitFile, want)
+		}
+	}
+	for _, f := range []string{unitFile, storeUnitFile} {
+		for line := range directives(t, f) {
+			for _, bind := range []string{"Requires=", "BindsTo=", "PartOf=", "Requisite=", "Upholds="} {
+				if strings.HasPrefix(line, bind) {
+					t.Errorf("%s: %s ties the bridge's and the member's lifetimes", f, line)
+				}
+			}
+		}
+	}
+	// The bridge unit's dynamic user is named after it; the store unit
+	// names the same user so both own StateDirectory.
+	if filepath.Base(unitFile) != "leasebridge.service" {
+		t.Errorf("the bridge unit is %s, not leasebridge.service: User=leasebridge no longer shares its user", unitFile)
 	}
 }

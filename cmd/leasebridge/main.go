@@ -11,6 +11,8 @@
 //	leasebridge drain NODE -c FILE / undrain NODE -c FILE
 //	leasebridge store -c FILE               this node's member of the fleet's own store
 //	leasebridge store members|replace|snapshot|restore|roles ... -c FILE
+//	leasebridge certs init|member NAME|bridge NAME|reader NAME|admin --dir DIR [-c FILE]
+//	                                        the fleet store's CA and certificates
 //	leasebridge help [COMMAND]              the commands, or one's flags and examples
 //	leasebridge version                     the build stamp (also --version)
 //
@@ -91,6 +93,9 @@ func commands() []command {
 		{name: "store", synopsis: "-c FILE | members|replace NAME|snapshot OUT|restore IN|roles -c FILE [--json]",
 			summary: "the fleet's own lease store: run this node's etcd member, or operate the members",
 			about:   storeAbout, examples: storeExamples, main: store},
+		{name: "certs", synopsis: "init|member NAME|bridge NAME|reader NAME|admin --dir DIR [-c FILE] [--host HOST]...",
+			summary: "the fleet store's CA and a certificate per member, bridge and reader",
+			about:   certsAbout, examples: certsExamples, main: certs},
 		{name: "version", synopsis: "",
 			summary: "module version, VCS revision, Go version (also --version)",
 			about:   versionAbout, examples: versionExamples, main: version},

@@ -8,8 +8,10 @@ package kubernetes
 import (
 	"bytes"
 	"fmt"
+	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,6 +25,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/leasebridge/leasebridge/preflight"
+	"github.com/leasebridge/leasebridge/lease/etcdembed"
 	"github.com/leasebridge/leasebridge/routes"
 
 	// The transports of every kind, which admission builds.
@@ -311,4 +314,166 @@ func TestStrictDecodingRefusesUnknownFields(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "replica") {
 		t.Errorf("unknown field accepted: %v", err)
 	}
+}
+
+// storeSet is fleet-store.yaml's StatefulSet of members.
+func storeSet(t *testing.T, m *manifest) *appsv1.StatefulSet {
+	t.Helper()
+	if len(m.statefulSets) != 1 {
+		t.Fatalf("%s: %d StatefulSets, want the members' one", m.name, len(m.statefulSets))
+	}
+	return m.statefulSets[0]
+}
+
+// storeConfigs parses each member's file of the leasebridge-store
+// ConfigMap, by pod name, and checks it is a member's file of its pod.
+func storeConfigs(t *testing.T, m *manifest, sts *appsv1.StatefulSet) map[string]*routes.Config {
+	t.Helper()
+	cm := m.configMaps["leasebridge-store"]
+	if cm == nil || sts.Spec.Replicas == nil {
+		t.Fatalf("%s: no leasebridge-store ConfigMap or no replicas", m.name)
+	}
+	out := map[string]*routes.Config{}
+	for i := range int(*sts.Spec.Replicas) {
+		pod := fmt.Sprintf("%s-%d", sts.Name, i)
+		raw, ok := cm.Data[pod+".yaml"]
+		if !ok {
+			t.Fatalf("%s: ConfigMap leasebridge-store has no %s.yaml for pod %s", m.name, pod, pod)
+		}
+		cfg, err := routes.Parse(m.name+": ConfigMap leasebridge-store "+pod+".yaml", []byte(raw))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Node != pod || len(cfg.Routes) != 0 || cfg.DataDir == "" {
+			t.Errorf("%s %s.yaml: node %q, %d routes, data_dir %q; want node %s, no routes (a member's file), a data_dir", m.name, pod, cfg.Node, len(cfg.Routes), cfg.DataDir, pod)
+		}
+		var member struct {
+			LeaseStore struct {
+				MemberTLS map[string]string `json:"member_tls"`
+			} `json:"lease_store"`
+		}
+		if err := yaml.Unmarshal([]byte(raw), &member); err != nil || len(member.LeaseStore.MemberTLS) != 3 {
+			t.Errorf("%s %s.yaml: member_tls needs ca_file, cert_file and key_file: %v %v", m.name, pod, member.LeaseStore.MemberTLS, err)
+		}
+		for _, f := range member.LeaseStore.MemberTLS {
+			if !mounted(sts, "store", f) {
+				t.Errorf("%s %s.yaml: %s is not in a volume the store container mounts", m.name, pod, f)
+			}
+		}
+		if _, errs := preflight.Admit(cfg, false); len(errs) > 0 {
+			t.Errorf("%s %s.yaml is not admitted: %v", m.name, pod, errs)
+		}
+		out[pod] = cfg
+	}
+	return out
+}
+
+// mounted reports whether container c of sts mounts a volume above path.
+func mounted(sts *appsv1.StatefulSet, c, path string) bool {
+	for _, ct := range sts.Spec.Template.Spec.Containers {
+		for _, vm := range ct.VolumeMounts {
+			if ct.Name == c && strings.HasPrefix(path, vm.MountPath+"/") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// The members: a StatefulSet with stable names behind a headless Service
+// that publishes them before they are ready, started in parallel (a first
+// quorum needs two), a PersistentVolumeClaim per member holding the disk
+// etcd needs, a PodDisruptionBudget of one, and each pod's file naming the
+// member of that pod, reachable at its Service name over https.
+func TestFleetStoreManifest(t *testing.T) {
+	m := decode(t, "fleet-store.yaml")
+	checkHardened(t, m)
+	sts := storeSet(t, m)
+	svc := m.services[sts.Spec.ServiceName]
+	switch {
+	case svc == nil:
+		t.Fatalf("serviceName %q is not a Service of the manifest", sts.Spec.ServiceName)
+	case svc.Spec.ClusterIP != corev1.ClusterIPNone || !svc.Spec.PublishNotReadyAddresses:
+		t.Errorf("Service %s must be headless and publish members before they are ready", svc.Name)
+	case !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(sts.Spec.Template.Labels)):
+		t.Errorf("Service %s does not select the members", svc.Name)
+	}
+	if sts.Spec.PodManagementPolicy != appsv1.ParallelPodManagement {
+		t.Errorf("podManagementPolicy %q: an ordered start never forms the first quorum", sts.Spec.PodManagementPolicy)
+	}
+	if len(sts.Spec.VolumeClaimTemplates) != 1 {
+		t.Fatalf("want one volumeClaimTemplate, got %d", len(sts.Spec.VolumeClaimTemplates))
+	}
+	if got, need := sts.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests.Storage().Value(), etcdembed.DiskNeed(); got < need {
+		t.Errorf("member volume %d bytes < %d, the disk a member takes", got, need)
+	}
+	if len(m.pdbs) != 1 || m.pdbs[0].Spec.MaxUnavailable == nil || m.pdbs[0].Spec.MaxUnavailable.IntValue() != 1 {
+		t.Errorf("want one PodDisruptionBudget with maxUnavailable 1: %+v", m.pdbs)
+	} else if sel, err := metav1.LabelSelectorAsSelector(m.pdbs[0].Spec.Selector); err != nil || !sel.Matches(labels.Set(sts.Spec.Template.Labels)) {
+		t.Errorf("the PodDisruptionBudget does not select the members (%v)", err)
+	}
+	ports := map[int32]bool{}
+	for _, p := range svc.Spec.Ports {
+		ports[p.Port] = true
+	}
+	for pod, cfg := range storeConfigs(t, m, sts) {
+		if len(cfg.LeaseStore.Members) != int(*sts.Spec.Replicas) {
+			t.Errorf("%s.yaml: %d members for %d replicas", pod, len(cfg.LeaseStore.Members), *sts.Spec.Replicas)
+		}
+		for _, mb := range cfg.LeaseStore.Members {
+			for _, raw := range []string{mb.PeerURL, mb.ClientURL} {
+				u, err := url.Parse(raw)
+				port, _ := strconv.Atoi(u.Port())
+				if err != nil || u.Scheme != "https" || u.Hostname() != mb.Name+"."+svc.Name || !ports[int32(port)] {
+					t.Errorf("%s.yaml member %s: %s, want https://%s.%s:PORT with a port of the Service", pod, mb.Name, raw, mb.Name, svc.Name)
+				}
+			}
+		}
+	}
+}
+
+// The bridges of both topologies use the members fleet-store.yaml runs,
+// with its key prefix, over https with a client certificate from a mounted
+// Secret, and no password: README's "from zero to running" creates every
+// store they use.
+func TestBridgesUseFleetStore(t *testing.T) {
+	store := decode(t, "fleet-store.yaml")
+	want := storeConfigs(t, store, storeSet(t, store))[storeSet(t, store).Name+"-0"].LeaseStore
+	for _, file := range []string{"shared-broker.yaml", "clustered-broker.yaml"} {
+		m := decode(t, file)
+		ls := m.bridgeConfig(t).LeaseStore
+		if !slices.Equal(ls.Members, want.Members) || ls.KeyPrefix != want.KeyPrefix {
+			t.Errorf("%s: members %v prefix %s, want fleet-store.yaml's %v %s", file, ls.Members, ls.KeyPrefix, want.Members, want.KeyPrefix)
+		}
+		if len(ls.Endpoints) != 0 || ls.Username != "" || ls.PasswordEnv != "" || ls.PasswordFile != "" || ls.Plaintext {
+			t.Errorf("%s: endpoints %v, user %q, password or plaintext: the members need none", file, ls.Endpoints, ls.Username)
+		}
+		if ls.TLS == nil || ls.TLS.CAFile == "" || ls.TLS.CertFile == "" || ls.TLS.KeyFile == "" {
+			t.Fatalf("%s: lease_store.tls needs the fleet CA and a bridge certificate", file)
+		}
+		pod, c := m.bridge(t)
+		for _, f := range []string{ls.TLS.CAFile, ls.TLS.CertFile, ls.TLS.KeyFile} {
+			if !secretMounted(pod, c, f) {
+				t.Errorf("%s: %s is not in a Secret the leasebridge container mounts", file, f)
+			}
+		}
+		if reports, errs := preflight.Admit(m.bridgeConfig(t), false); len(errs) > 0 || len(reports) == 0 {
+			t.Errorf("%s: the bridges' file is not admitted: %v", file, errs)
+		}
+	}
+}
+
+// secretMounted reports whether c mounts a Secret volume of pod above path.
+func secretMounted(pod *corev1.PodTemplateSpec, c *corev1.Container, path string) bool {
+	for _, vm := range c.VolumeMounts {
+		if !strings.HasPrefix(path, vm.MountPath+"/") {
+			continue
+		}
+		for _, v := range pod.Spec.Volumes {
+			if v.Name == vm.Name && v.Secret != nil {
+				return true
+			}
+		}
+	}
+	return false
 }
