@@ -24,8 +24,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
-	"github.com/leasebridge/leasebridge/preflight"
 	"github.com/leasebridge/leasebridge/lease/etcdembed"
+	"github.com/leasebridge/leasebridge/preflight"
 	"github.com/leasebridge/leasebridge/routes"
 
 	// The transports of every kind, which admission builds.
