@@ -184,6 +184,26 @@ func memberLoss(runs []*fleetRun, short string) string {
 	return s + fmt.Sprintf("; %d violations", bad)
 }
 
+// quorumLoss sums up the quorum-loss trials over runs.
+func quorumLoss(runs []*fleetRun) string {
+	var n, bad int
+	var fenced int64
+	var closed, back, outage time.Duration
+	for _, r := range runs {
+		for _, tr := range r.ofKind("quorum") {
+			n++
+			bad += len(tr.Errs)
+			fenced += max(0, tr.FencedRequests)
+			closed, back, outage = max(closed, tr.FenceClose), max(back, tr.External), max(outage, tr.Outage)
+		}
+	}
+	if n == 0 {
+		return "not run"
+	}
+	return fmt.Sprintf("measured: %d losses of up to %s; the fenced owner closed its device socket %s after the loss at most, %d requests reached the device after a fence deadline; served again %s after the members' restart at most, inside the owner-death budget; %d violations",
+		n, fs(outage), fs(closed), fenced, fs(back), bad)
+}
+
 // mdFleetSurvives is the "what survives what" table: measured where this
 // lab measured it, and said to be reasoning otherwise.
 func mdFleetSurvives(w writef, runs []*fleetRun) {
@@ -202,7 +222,7 @@ func mdFleetSurvives(w writef, runs []*fleetRun) {
 	w("| member loss: the owner's `store` process killed while it leads, its bridge running | the bridge's client uses the other members' client URLs; if that member led, the owner's renews fail during the election, and when admit warns that an election can fence a healthy owner, the owner fences and a standby (or the owner itself) takes the session over within the owner-death budget | %s |\n", memberLoss(runs, "memberkill"))
 	w("| witness loss, the witness the leader | the two gateways' members are a majority and elect a leader; the owner keeps its session unless the election outlasts its fence deadline, as for member loss | %s |\n", memberLoss(runs, "witnesskill"))
 	w("| two gateways and no witness, one lost | the one member left is no majority: the store stops and every owner fences (admit and `store` warn about an even member count) | %s |\n", reasoning)
-	w("| quorum loss and return: two of three members down | no renew lands: each owner fences itself by its fence deadline and no standby can take over; when a majority is back, a standby (or the fenced owner) takes each session within the owner-death budget counted from the return. A majority lost for good: rebuild with `store --new-cluster-token` ([operations.md](operations.md)) | %s for `leasebridge store`; with the etcd binary it is the *etcd quorum loss and return* kind above |\n", reasoning)
+	w("| quorum loss and return: two of three members killed (the leader among them) past the owner's fence deadline, then started again | no renew lands: each owner fences itself by its fence deadline and no standby can take over; when a majority is back, a standby (or the fenced owner) takes each session within the owner-death budget counted from the return. A majority lost for good: rebuild with `store --new-cluster-token` ([operations.md](operations.md)) | %s |\n", quorumLoss(runs))
 	w("| one member's disk full | that member cannot write its log and stops (`store` exits with its failure status); the other two are a majority and serve; a store whose database reaches its quota raises etcd's NOSPACE alarm, which `store members` shows | %s |\n", reasoning)
 	w("| one member's data lost | `store` refuses to start it empty while its cluster knows it, naming `leasebridge store replace`; after the replace it joins empty and catches up | tested, not timed: `TestStoreReplaceMismatchWitnessAndRestore` (`cmd/leasebridge/store_test.go`) |\n")
 	w("| a node's clock stepped | lease deadlines and fences run on CLOCK_BOOTTIME and raft on monotonic ticks, so a step moves neither; certificates are checked against the wall clock, so a step outside their validity makes that node's TLS fail: it acts as that node's loss | %s |\n\n", reasoning)

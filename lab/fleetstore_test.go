@@ -65,6 +65,7 @@ const (
 	kindNodeKill    = "the owner's node SIGKILLed (bridge and member) while its member leads"
 	kindMemberKill  = "the owner's member SIGKILLed while it leads, its bridge running"
 	kindWitnessKill = "the witness SIGKILLed while it leads"
+	kindFleetQuorum = "two of three members SIGKILLed past the owner's fence deadline, then started again, every bridge running"
 )
 
 // fleetRun is one topology and regime: its admitted budget and trials.
@@ -184,8 +185,8 @@ type countedKind struct {
 }
 
 // kinds are the run's fault kinds: n node kills, then a fifth as many
-// (at least one) member kills, and as many witness kills when there is a
-// witness.
+// (at least one) member kills, as many witness kills when there is a
+// witness, and as many quorum losses.
 func (f *fleetLab) kinds(n int) []countedKind {
 	extra := max(1, n/5)
 	ks := []countedKind{
@@ -195,7 +196,7 @@ func (f *fleetLab) kinds(n int) []countedKind {
 	if f.res.Topology.Witness {
 		ks = append(ks, countedKind{kind{"witnesskill", fixed(kindWitnessKill), func(_ *lab, tr *trial, owner *bridge) { f.memberKill(tr, owner, true) }}, extra})
 	}
-	return ks
+	return append(ks, countedKind{kind{"quorum", fixed(kindFleetQuorum), func(_ *lab, tr *trial, owner *bridge) { f.quorumLoss(tr, owner) }}, extra})
 }
 
 // logTails logs the end of every process's log, for a failed trial.
@@ -525,6 +526,53 @@ func (f *fleetLab) memberKill(tr *trial, owner *bridge, witness bool) {
 	tr.note("member %s killed", m.name)
 	f.failoverOrNot(tr, owner, t0)
 	f.restartMember(tr, m)
+}
+
+// quorumLoss SIGKILLs the store's leader and one more member while every
+// bridge runs, keeps them down past the owner's fence deadline, then
+// starts them again. The owner cannot renew and fences itself: no request
+// of its may reach the device after its deadline. Once a majority is
+// back a standby (or the fenced owner) takes over, measured from the
+// restart against the owner-death budget: nothing can fail over without
+// a store.
+func (f *fleetLab) quorumLoss(tr *trial, owner *bridge) {
+	tr.BudgetName, tr.Budget = "owner_death (admit), from the return", f.res.Budget
+	ctx, cancel := context.WithTimeout(f.ctx, 4*f.report.OwnerDeath.Total)
+	defer cancel()
+	var li int
+	if err := poll(ctx, func() bool { var ok bool; li, ok = f.leader(ctx); return ok }); err != nil {
+		tr.fail("no leader: %v", err)
+		return
+	}
+	victims := []*member{f.members[li], f.members[(li+1)%len(f.members)]}
+	for _, m := range victims {
+		_ = m.signal(syscall.SIGKILL)
+		if _, _, err := m.waitExit(f.report.OwnerDeath.Total); err != nil {
+			tr.fail("%v", err)
+		}
+	}
+	// No renew can land after this instant: its deadline is at most
+	// FenceAfter later.
+	q1 := time.Now()
+	tr.note("members %s (the leader) and %s killed", victims[0].name, victims[1].name)
+	tr.FenceBy = q1.Add(owner.report.FenceAfter)
+	_ = sleepCtx(f.ctx, f.report.Timing.LeaseTTL+f.report.Timing.RenewInterval)
+	back := time.Now()
+	tr.Outage = back.Sub(q1)
+	for _, m := range victims {
+		m.startStore(f.t)
+	}
+	f.takeover(tr, back)
+	if c, err := f.rec.waitClosed(ctx, tr.OldConn); err != nil {
+		tr.fail("the fenced owner's device connection: %v", err)
+	} else {
+		tr.FenceClose = c.CloseAt.Sub(q1)
+	}
+	for _, m := range victims {
+		if err := f.rejoin(ctx, m); err != nil {
+			tr.fail("%v", err)
+		}
+	}
 }
 
 // restartMember starts member m again and waits until it has caught up.
