@@ -107,7 +107,9 @@ func mdFleetMeasured(w writef, runs []*fleetRun, began time.Time, load string) {
 	w("the new epoch on the brokers, and held to the owner-death budget `leasebridge admit --format json` printed for the\n")
 	w("gateways' file (which has the store_recovery term, [failover-budget.md](failover-budget.md)). The killed node is\n")
 	w("then started again, member first; the next trial waits until its member has applied what the leader had\n")
-	w("committed. Lease timing is the lab's (lease_ttl %s, renew_call_timeout %s, acquire_poll_interval %s).\n\n",
+	w("committed. After the node kills, each run kills the owner's member alone while it leads (its bridge running), the\n")
+	w("witness while it leads, and two members (the leader among them) past the owner's fence deadline; those trials feed\n")
+	w("the table after this one. Lease timing is the lab's (lease_ttl %s, renew_call_timeout %s, acquire_poll_interval %s).\n\n",
 		fs(tm.LeaseTTL), fs(tm.RenewCallTimeout), fs(tm.AcquirePollInterval))
 	w("| topology | store election | E | store_recovery | owner-death budget | kills | takeover min / median / max | successor's metric max | device idle min | member caught up after a restart, median / max | overlapping requests | violations |\n")
 	w("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
@@ -223,7 +225,7 @@ func mdFleetSurvives(w writef, runs []*fleetRun) {
 	w("| witness loss, the witness the leader | the two gateways' members are a majority and elect a leader; the owner keeps its session unless the election outlasts its fence deadline, as for member loss | %s |\n", memberLoss(runs, "witnesskill"))
 	w("| two gateways and no witness, one lost | the one member left is no majority: the store stops and every owner fences (admit and `store` warn about an even member count) | %s |\n", reasoning)
 	w("| quorum loss and return: two of three members killed (the leader among them) past the owner's fence deadline, then started again | no renew lands: each owner fences itself by its fence deadline and no standby can take over; when a majority is back, a standby (or the fenced owner) takes each session within the owner-death budget counted from the return. A majority lost for good: rebuild with `store --new-cluster-token` ([operations.md](operations.md)) | %s |\n", quorumLoss(runs))
-	w("| one member's disk full | that member cannot write its log and stops (`store` exits with its failure status); the other two are a majority and serve; a store whose database reaches its quota raises etcd's NOSPACE alarm, which `store members` shows | %s |\n", reasoning)
+	w("| one member's disk full | the member runs on while its preallocated log segment and its database have room; the first write that needs more fails, etcd stops the member and `store` exits with its failure status; the other two are a majority and serve. Not the same as a database at its quota: that raises etcd's NOSPACE alarm, which stops writes, renewals included, on every member until it is cleared (`store members` shows alarms) | %s |\n", reasoning)
 	w("| one member's data lost | `store` refuses to start it empty while its cluster knows it, naming `leasebridge store replace`; after the replace it joins empty and catches up | tested, not timed: `TestStoreReplaceMismatchWitnessAndRestore` (`cmd/leasebridge/store_test.go`) |\n")
 	w("| a node's clock stepped | lease deadlines and fences run on CLOCK_BOOTTIME and raft on monotonic ticks, so a step moves neither; certificates are checked against the wall clock, so a step outside their validity makes that node's TLS fail: it acts as that node's loss | %s |\n\n", reasoning)
 }
