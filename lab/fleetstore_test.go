@@ -189,14 +189,32 @@ type countedKind struct {
 // witness, and as many quorum losses.
 func (f *fleetLab) kinds(n int) []countedKind {
 	extra := max(1, n/5)
+	k := func(short, label string, n int, run func(tr *trial, owner *bridge)) countedKind {
+		return countedKind{kind{short, fixed(label), func(_ *lab, tr *trial, owner *bridge) {
+			if f.revive(tr) {
+				run(tr, owner)
+			}
+		}}, n}
+	}
 	ks := []countedKind{
-		{kind{"nodekill", fixed(kindNodeKill), func(_ *lab, tr *trial, owner *bridge) { f.nodeKill(tr, owner) }}, n},
-		{kind{"memberkill", fixed(kindMemberKill), func(_ *lab, tr *trial, owner *bridge) { f.memberKill(tr, owner, false) }}, extra},
+		k("nodekill", kindNodeKill, n, f.nodeKill),
+		k("memberkill", kindMemberKill, extra, func(tr *trial, owner *bridge) { f.memberKill(tr, owner, false) }),
 	}
 	if f.res.Topology.Witness {
-		ks = append(ks, countedKind{kind{"witnesskill", fixed(kindWitnessKill), func(_ *lab, tr *trial, owner *bridge) { f.memberKill(tr, owner, true) }}, extra})
+		ks = append(ks, k("witnesskill", kindWitnessKill, extra, func(tr *trial, owner *bridge) { f.memberKill(tr, owner, true) }))
 	}
-	return append(ks, countedKind{kind{"quorum", fixed(kindFleetQuorum), func(_ *lab, tr *trial, owner *bridge) { f.quorumLoss(tr, owner) }}, extra})
+	return append(ks, k("quorum", kindFleetQuorum, extra, f.quorumLoss))
+}
+
+// revive starts every member a failed trial left ended and waits until
+// it has caught up, so that one failure does not fail every later trial.
+func (f *fleetLab) revive(tr *trial) bool {
+	for _, m := range f.members {
+		if !m.running() && !f.restartMember(tr, m) {
+			return false
+		}
+	}
+	return true
 }
 
 // logTails logs the end of every process's log, for a failed trial.
