@@ -131,8 +131,10 @@ type demoEnv struct {
 	// files and addrs are each node's configuration file and
 	// http_listen, written once for its member and its bridge.
 	files, addrs map[string]string
-	// members is the fleet's lease_store block (fleet mode).
+	// members is the fleet's lease_store block and clients the members'
+	// client URLs, in node order (fleet mode).
 	members string
+	clients []string
 }
 
 // runDemo runs the demo in a new working directory; bridge is the
@@ -365,6 +367,11 @@ func (d *demoEnv) takeover() (int, error) {
 	}
 	if err := waitStandby(d.ctx, d.procs, owner, d.budget.OwnerDeath.Total); err != nil {
 		return exitRefused, err
+	}
+	if d.fleet {
+		if err := d.leadOwner(owner); err != nil {
+			return exitRefused, err
+		}
 	}
 	killed := []*bridgeProc{owner}
 	what := owner.name

@@ -7,8 +7,12 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 // demoStoreBlock is the lease_store block of demoConfig, which the fleet
@@ -47,6 +51,7 @@ func (d *demoEnv) startStores() error {
 			return err
 		}
 		d.members += fmt.Sprintf("    - {name: %s, peer_url: \"http://%s\", client_url: \"http://%s\"}\n", name, peer, client)
+		d.clients = append(d.clients, "http://"+client)
 	}
 	for _, name := range d.nodes() {
 		path, _, err := d.config(name)
@@ -127,4 +132,69 @@ func (d *demoEnv) leads(node string) bool {
 		}
 	}
 	return false
+}
+
+// leadOwner moves the store's leadership to the owner's member (etcd's
+// MoveLeader, asked of the current leader), so that killing the owner's
+// node takes the leader with it: the case the store_recovery term pays
+// for. The owner must still be serving afterwards.
+func (d *demoEnv) leadOwner(owner *bridgeProc) error {
+	ctx, cancel := context.WithTimeout(d.ctx, 30*time.Second)
+	defer cancel()
+	clis := make([]*clientv3.Client, len(d.clients))
+	for j, u := range d.clients {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{u}, Logger: zap.NewNop()})
+		if err != nil {
+			return fmt.Errorf("etcd client for %s: %w", u, err)
+		}
+		defer cli.Close()
+		clis[j] = cli
+	}
+	target := slices.Index(d.nodes(), owner.name)
+	var last error
+	for {
+		lead, ids, err := d.leader(ctx, clis)
+		if err == nil && lead == target {
+			break
+		}
+		if err == nil {
+			_, err = clis[lead].MoveLeader(ctx, ids[target])
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("moving the store's leadership to %s's member: %w (last: %v)", owner.name, context.Cause(ctx), last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	fmt.Fprintf(d.out, "moved the store's leadership to %s's member (etcd's MoveLeader), so killing %s kills the leader too\n", owner.name, owner.name)
+	now, _, err := waitOwner(d.ctx, d.procs, nil, d.budget.OwnerDeath.Total)
+	if err == nil && now != owner {
+		err = fmt.Errorf("the session moved to %s while the store's leadership moved", now.name)
+	}
+	return err
+}
+
+// leader asks every member for its status: the index of the member all
+// name as leader, and every member's id.
+func (d *demoEnv) leader(ctx context.Context, clis []*clientv3.Client) (int, []uint64, error) {
+	ids := make([]uint64, len(clis))
+	var lead uint64
+	for j, cli := range clis {
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		st, err := cli.Status(sctx, d.clients[j])
+		cancel()
+		if err != nil {
+			return -1, nil, err
+		}
+		if st.Leader == 0 || (lead != 0 && st.Leader != lead) {
+			return -1, nil, fmt.Errorf("the members do not agree on a leader yet")
+		}
+		ids[j], lead = st.Header.MemberId, st.Leader
+	}
+	i := slices.Index(ids, lead)
+	if i < 0 {
+		return -1, nil, fmt.Errorf("the leader %x is none of the members", lead)
+	}
+	return i, ids, nil
 }
