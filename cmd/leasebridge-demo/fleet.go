@@ -11,8 +11,7 @@ import (
 	"strings"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
+	"github.com/leasebridge/leasebridge/lease/fleetstore"
 )
 
 // demoStoreBlock is the lease_store block of demoConfig, which the fleet
@@ -141,14 +140,14 @@ func (d *demoEnv) leads(node string) bool {
 func (d *demoEnv) leadOwner(owner *bridgeProc) error {
 	ctx, cancel := context.WithTimeout(d.ctx, 30*time.Second)
 	defer cancel()
-	clis := make([]*clientv3.Client, len(d.clients))
+	clis := make([]*fleetstore.Ops, len(d.clients))
 	for j, u := range d.clients {
-		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{u}, Logger: zap.NewNop()})
+		ops, err := fleetstore.Dial([]string{u}, nil)
 		if err != nil {
-			return fmt.Errorf("etcd client for %s: %w", u, err)
+			return err
 		}
-		defer cli.Close()
-		clis[j] = cli
+		defer ops.Close()
+		clis[j] = ops
 	}
 	target := slices.Index(d.nodes(), owner.name)
 	var last error
@@ -158,7 +157,7 @@ func (d *demoEnv) leadOwner(owner *bridgeProc) error {
 			break
 		}
 		if err == nil {
-			_, err = clis[lead].MoveLeader(ctx, ids[target])
+			_, err = clis[lead].Client().MoveLeader(ctx, ids[target])
 		}
 		last = err
 		select {
@@ -177,12 +176,12 @@ func (d *demoEnv) leadOwner(owner *bridgeProc) error {
 
 // leader asks every member for its status: the index of the member all
 // name as leader, and every member's id.
-func (d *demoEnv) leader(ctx context.Context, clis []*clientv3.Client) (int, []uint64, error) {
+func (d *demoEnv) leader(ctx context.Context, clis []*fleetstore.Ops) (int, []uint64, error) {
 	ids := make([]uint64, len(clis))
 	var lead uint64
 	for j, cli := range clis {
 		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		st, err := cli.Status(sctx, d.clients[j])
+		st, err := cli.Client().Status(sctx, d.clients[j])
 		cancel()
 		if err != nil {
 			return -1, nil, err
