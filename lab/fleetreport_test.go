@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasebridge/leasebridge/admission"
 	"github.com/leasebridge/leasebridge/internal/docsection"
+	"github.com/leasebridge/leasebridge/routes"
 )
 
 // fleetDocNote says who writes the fleet-store section.
@@ -65,7 +66,8 @@ func (r *fleetRun) failed() int {
 // timing is the regime's raft timing as the file sets it.
 func (rg fleetRegime) timing() string {
 	if rg.Heartbeat == 0 {
-		return "etcd defaults (heartbeat 0.1s, election 1s)"
+		return fmt.Sprintf("etcd defaults (heartbeat %s, election %s)",
+			admission.FormatSeconds(routes.DefaultStoreHeartbeat), admission.FormatSeconds(routes.DefaultStoreElection))
 	}
 	return fmt.Sprintf("heartbeat %s, election %s", fs(rg.Heartbeat), fs(rg.Election))
 }

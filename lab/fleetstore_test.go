@@ -84,8 +84,6 @@ type fleetRun struct {
 	Overlaps int
 	// Rejoin are the killed members' restart-to-caught-up times.
 	Rejoin []time.Duration
-	Took   time.Duration
-	Load   string
 }
 
 // member is one `leasebridge store` process slot.
@@ -146,9 +144,9 @@ func TestFleetStoreOwnerNodeKill(t *testing.T) {
 	}
 }
 
-// runFleet starts one topology and regime and runs n node kills.
+// runFleet starts one topology and regime and runs its trials: n node
+// kills, then the member, witness and quorum-loss kinds.
 func runFleet(t *testing.T, r *fleetRun, n int) {
-	began := time.Now()
 	f := startFleetLab(t, r)
 	for _, k := range f.kinds(n) {
 		for range k.n {
@@ -175,7 +173,7 @@ func runFleet(t *testing.T, r *fleetRun, n int) {
 	if c, ok := find(all, 0); ok {
 		t.Errorf("%d requests the device logged match no proxied connection (first from %s at %s)", c.N, c.First.Client, clock(c.First.At))
 	}
-	r.Trials, r.Overlaps, r.Took, r.Load = f.trials, len(dev), time.Since(began), loadAverage()
+	r.Trials, r.Overlaps = f.trials, len(dev)
 }
 
 // countedKind is a fault kind and how many trials of it a run makes.
