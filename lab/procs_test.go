@@ -35,10 +35,9 @@ import (
 // new lease identity) after a trial ended it, the way systemd or
 // Kubernetes would.
 type bridge struct {
-	name    string
+	*proc
 	http    string
 	cfgPath string
-	logPath string
 	broker  *testmqtt.Mosquitto
 	proxy   *faultproxy.Proxy
 	store   storePath
@@ -52,14 +51,6 @@ type bridge struct {
 	// process starts with (lease_ttl changes in the rolling trials).
 	report admission.Report
 	inputs admission.Inputs
-
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	done   chan struct{}
-	exit   int
-	exitAt time.Time
-	frozen bool
-	starts int
 
 	logMu  sync.Mutex
 	logOff int64     // bytes of the log file parsed so far
@@ -81,20 +72,31 @@ func newBridge(t *testing.T, dir, name string, store storePath, plcAddr string, 
 // any, is killed when the test ends.
 func newSlot(t *testing.T, dir, name string, store storePath, broker *testmqtt.Mosquitto, proxy *faultproxy.Proxy) *bridge {
 	t.Helper()
-	b := &bridge{name: name, http: testbin.FreeAddr(t), cfgPath: filepath.Join(dir, name+".yaml"), logPath: filepath.Join(dir, name+".log"),
+	return &bridge{proc: newProc(t, name, filepath.Join(dir, name+".log")), http: testbin.FreeAddr(t), cfgPath: filepath.Join(dir, name+".yaml"),
 		broker: broker, proxy: proxy, store: store, sessions: 1}
-	t.Cleanup(func() {
-		b.mu.Lock()
-		cmd, done := b.cmd, b.done
-		b.mu.Unlock()
-		if cmd == nil {
-			return
-		}
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-		<-done
-	})
-	return b
+}
+
+// proc is one slot's process, started again (a new process) after a
+// trial ended it, the way systemd or Kubernetes would.
+type proc struct {
+	name    string
+	logPath string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	done   chan struct{}
+	exit   int
+	exitAt time.Time
+	frozen bool
+	starts int
+}
+
+// newProc is an empty slot whose process, if any, is killed when the
+// test ends.
+func newProc(t *testing.T, name, logPath string) *proc {
+	p := &proc{name: name, logPath: logPath}
+	t.Cleanup(p.kill)
+	return p
 }
 
 // baseTTL is the lease_ttl of testbin.Config, which every slot runs
@@ -145,15 +147,21 @@ func (b *bridge) configure(leaseTTL time.Duration) error {
 // ttl is the lease_ttl of the slot's current configuration.
 func (b *bridge) ttl() time.Duration { return b.report.Timing.LeaseTTL }
 
-// start runs a new process in the slot; its log is appended to the slot's
-// log file.
+// start runs a new `leasebridge run` process in the slot.
 func (b *bridge) start(t *testing.T) {
+	t.Helper()
+	b.proc.start(t, "run", "-c", b.cfgPath, "--log-format", "json")
+}
+
+// start runs a new leasebridge process with args in the slot; its log is
+// appended to the slot's log file.
+func (b *proc) start(t *testing.T, args ...string) {
 	t.Helper()
 	logf, err := os.OpenFile(b.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(testbin.Leasebridge(t), "run", "-c", b.cfgPath, "--log-format", "json")
+	cmd := exec.Command(testbin.Leasebridge(t), args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Not under systemd here, whatever the environment says.
 	for _, kv := range os.Environ() {
@@ -191,8 +199,21 @@ func (b *bridge) start(t *testing.T) {
 	}()
 }
 
+// kill ends the slot's process, frozen or not, and waits for it.
+func (b *proc) kill() {
+	b.mu.Lock()
+	cmd, done := b.cmd, b.done
+	b.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGCONT)
+	_ = cmd.Process.Kill()
+	<-done
+}
+
 // running reports whether the slot's process has not exited.
-func (b *bridge) running() bool {
+func (b *proc) running() bool {
 	b.mu.Lock()
 	done := b.done
 	b.mu.Unlock()
@@ -207,7 +228,7 @@ func (b *bridge) running() bool {
 	}
 }
 
-func (b *bridge) signal(sig syscall.Signal) error {
+func (b *proc) signal(sig syscall.Signal) error {
 	b.mu.Lock()
 	cmd := b.cmd
 	switch sig {
@@ -223,7 +244,7 @@ func (b *bridge) signal(sig syscall.Signal) error {
 	return cmd.Process.Signal(sig)
 }
 
-func (b *bridge) isFrozen() bool {
+func (b *proc) isFrozen() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.frozen
@@ -231,7 +252,7 @@ func (b *bridge) isFrozen() bool {
 
 // waitExit waits for the process to end and returns its exit status (-1
 // for a signal) and when it ended.
-func (b *bridge) waitExit(limit time.Duration) (int, time.Time, error) {
+func (b *proc) waitExit(limit time.Duration) (int, time.Time, error) {
 	b.mu.Lock()
 	done := b.done
 	b.mu.Unlock()
@@ -365,7 +386,7 @@ func poll(ctx context.Context, cond func() bool) error {
 const pollEvery = 20 * time.Millisecond
 
 // tail is the end of the slot's log, for failure messages.
-func (b *bridge) tail(n int) string {
+func (b *proc) tail(n int) string {
 	data, err := os.ReadFile(b.logPath)
 	if err != nil {
 		return err.Error()

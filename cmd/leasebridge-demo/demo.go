@@ -88,7 +88,8 @@ var termMeaning = map[string]string{
 	"poll_boundaries":   "the standby's poll may land just before the expiry: at most two poll intervals, usually less",
 	"observation_calls": "every lease store call at its renew_call_timeout: on loopback they take milliseconds",
 	"activation":        "every connect, reconcile and retry of the PLC and the broker at its timeout: here they connect at once",
-	"startup_allowance": "starting a bridge process: both already run",
+	"startup_allowance": "starting a bridge process: the standbys already run",
+	"store_recovery":    "the fleet's store electing a new leader, if the dead node's member led, beyond what observation_calls covers",
 }
 
 type bridgeProc struct {
@@ -122,12 +123,24 @@ type demoEnv struct {
 	seen   *payloads
 	// bridge is the leasebridge binary the bridges run.
 	bridge string
+	// fleet runs three nodes, each a `leasebridge store` member and a
+	// bridge, as the lease store instead of the embedded etcd; stores
+	// are the member processes, in node order.
+	fleet  bool
+	stores []*bridgeProc
+	// files and addrs are each node's configuration file and
+	// http_listen, written once for its member and its bridge.
+	files, addrs map[string]string
+	// members is the fleet's lease_store block and clients the members'
+	// client URLs, in node order (fleet mode).
+	members string
+	clients []string
 }
 
 // runDemo runs the demo in a new working directory; bridge is the
 // leasebridge binary to run, empty for the one beside this command or a
 // fresh build.
-func runDemo(ctx context.Context, out io.Writer, keep bool, bridge string) (int, error) {
+func runDemo(ctx context.Context, out io.Writer, keep bool, bridge string, fleet bool) (int, error) {
 	dir, err := os.MkdirTemp("", "leasebridge-demo-")
 	if err != nil {
 		return exitRefused, err
@@ -137,7 +150,8 @@ func runDemo(ctx context.Context, out io.Writer, keep bool, bridge string) (int,
 	} else {
 		defer os.RemoveAll(dir)
 	}
-	d := &demoEnv{ctx: ctx, out: out, dir: dir, seen: &payloads{first: map[uint64]payload{}}, bridge: bridge}
+	d := &demoEnv{ctx: ctx, out: out, dir: dir, seen: &payloads{first: map[uint64]payload{}}, bridge: bridge, fleet: fleet,
+		files: map[string]string{}, addrs: map[string]string{}}
 	if err := d.findBridge(); err != nil {
 		return exitRefused, err
 	}
@@ -147,6 +161,9 @@ func runDemo(ctx context.Context, out io.Writer, keep bool, bridge string) (int,
 		return exitRefused, err
 	}
 	defer d.killBridges()
+	if err := d.startStores(); err != nil {
+		return exitRefused, err
+	}
 	if code, err := d.startBridges(); err != nil {
 		return code, err
 	}
@@ -155,8 +172,12 @@ func runDemo(ctx context.Context, out io.Writer, keep bool, bridge string) (int,
 
 func (d *demoEnv) startPeers() error {
 	var err error
-	if d.etcd, err = etcdembed.Start(d.ctx, filepath.Join(d.dir, "etcd")); err != nil {
-		return err
+	store := "the fleet's own store (three `leasebridge store` members, below)"
+	if !d.fleet {
+		if d.etcd, err = etcdembed.Start(d.ctx, filepath.Join(d.dir, "etcd")); err != nil {
+			return err
+		}
+		store = "embedded etcd " + d.etcd.Endpoints[0]
 	}
 	if d.broker, err = embedbroker.Start("127.0.0.1:0"); err != nil {
 		return err
@@ -164,8 +185,8 @@ func (d *demoEnv) startPeers() error {
 	if d.plc, err = plcsim.Start(d.ctx, 100*time.Millisecond); err != nil {
 		return err
 	}
-	fmt.Fprintf(d.out, "embedded etcd %s, embedded MQTT broker %s, simulated PLC %s (behind a connection-counting proxy)\n",
-		d.etcd.Endpoints[0], d.broker.URL, d.plc.Addr())
+	fmt.Fprintf(d.out, "%s, embedded MQTT broker %s, simulated PLC %s (behind a connection-counting proxy)\n",
+		store, d.broker.URL, d.plc.Addr())
 	// Watch what reaches the broker: each value carries its owner's epoch.
 	return d.broker.Server.Subscribe("demo/#", 1, d.seen.record)
 }
@@ -182,18 +203,50 @@ func (d *demoEnv) closePeers() {
 	}
 }
 
-// startBridges admits the demo configuration and starts the two bridges,
+// nodes are the bridges' names: two on the embedded etcd, three (each
+// with its member) on the fleet's own store.
+func (d *demoEnv) nodes() []string {
+	if d.fleet {
+		return []string{"node-a", "node-b", "node-c"}
+	}
+	return []string{"bridge-a", "bridge-b"}
+}
+
+// config writes node's configuration file once, for its bridge and (in
+// fleet mode) its member, and returns its path and text.
+func (d *demoEnv) config(name string) (string, string, error) {
+	path := filepath.Join(d.dir, name+".yaml")
+	if d.files[name] != "" {
+		return path, d.files[name], nil
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		return "", "", err
+	}
+	endpoint := "unused"
+	if d.etcd != nil {
+		endpoint = d.etcd.Endpoints[0]
+	}
+	y := fmt.Sprintf(demoConfig, endpoint, d.broker.URL, d.plc.Addr(), name, addr)
+	if d.fleet {
+		if y, err = fleetConfig(y, filepath.Join(d.dir, name), d.members); err != nil {
+			return "", "", err
+		}
+	}
+	if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
+		return "", "", err
+	}
+	d.files[name], d.addrs[name] = y, addr
+	return path, y, nil
+}
+
+// startBridges admits the demo configuration and starts the bridges,
 // each in its own process group so that the demo alone decides when they
 // end.
 func (d *demoEnv) startBridges() (int, error) {
-	for _, name := range []string{"bridge-a", "bridge-b"} {
-		addr, err := freeAddr()
+	for _, name := range d.nodes() {
+		path, y, err := d.config(name)
 		if err != nil {
-			return exitRefused, err
-		}
-		y := fmt.Sprintf(demoConfig, d.etcd.Endpoints[0], d.broker.URL, d.plc.Addr(), name, addr)
-		path := filepath.Join(d.dir, name+".yaml")
-		if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
 			return exitRefused, err
 		}
 		cfg, err := routes.Parse(path, []byte(y))
@@ -208,25 +261,44 @@ func (d *demoEnv) startBridges() (int, error) {
 		if !d.budget.Admitted() {
 			return exitRefused, fmt.Errorf("demo configuration refused: %v", d.budget.Refusals)
 		}
-		p := &bridgeProc{name: name, http: addr, log: filepath.Join(d.dir, name+".log"), done: make(chan struct{})}
-		logf, err := os.Create(p.log)
+		p, err := d.spawn(name, d.addrs[name], "run", "-c", path, "--log-format", "text")
 		if err != nil {
 			return exitRefused, err
 		}
-		p.cmd = exec.Command(d.bridge, "run", "-c", path, "--log-format", "text")
-		p.cmd.Stdout, p.cmd.Stderr = logf, logf
-		p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := p.cmd.Start(); err != nil {
-			logf.Close()
-			return exitRefused, fmt.Errorf("start %s: %w", name, err)
-		}
-		go func() { _ = p.cmd.Wait(); logf.Close(); close(p.done) }()
 		d.procs = append(d.procs, p)
 	}
 	d.explainBudget()
-	fmt.Fprintf(d.out, "started bridge-a (pid %d) and bridge-b (pid %d); their configurations and logs are in %s\n",
-		d.procs[0].cmd.Process.Pid, d.procs[1].cmd.Process.Pid, d.dir)
+	if !d.fleet {
+		fmt.Fprintf(d.out, "started bridge-a (pid %d) and bridge-b (pid %d); their configurations and logs are in %s\n",
+			d.procs[0].cmd.Process.Pid, d.procs[1].cmd.Process.Pid, d.dir)
+		return exitOK, nil
+	}
+	fmt.Fprintf(d.out, "started the bridges node-a (pid %d), node-b (pid %d) and node-c (pid %d), each beside its member; their configurations and logs are in %s\n",
+		d.procs[0].cmd.Process.Pid, d.procs[1].cmd.Process.Pid, d.procs[2].cmd.Process.Pid, d.dir)
 	return exitOK, nil
+}
+
+// spawn starts `leasebridge args...` in its own process group, logging to
+// name's log file (name-store.log for a member).
+func (d *demoEnv) spawn(name, addr string, args ...string) (*bridgeProc, error) {
+	log := name
+	if args[0] == "store" {
+		log += "-store"
+	}
+	p := &bridgeProc{name: name, http: addr, log: filepath.Join(d.dir, log+".log"), done: make(chan struct{})}
+	logf, err := os.Create(p.log)
+	if err != nil {
+		return nil, err
+	}
+	p.cmd = exec.Command(d.bridge, args...)
+	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := p.cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("start %s %s: %w", args[0], name, err)
+	}
+	go func() { _ = p.cmd.Wait(); logf.Close(); close(p.done) }()
+	return p, nil
 }
 
 // findBridge settles which leasebridge binary the bridges run: the one
@@ -253,9 +325,10 @@ func (d *demoEnv) findBridge() error {
 	return nil
 }
 
-// killBridges kills every bridge's process group and waits for each.
+// killBridges kills every bridge's process group, then every member's,
+// and waits for each.
 func (d *demoEnv) killBridges() {
-	for _, p := range d.procs {
+	for _, p := range append(slices.Clone(d.procs), d.stores...) {
 		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 		<-p.done
 	}
@@ -295,12 +368,30 @@ func (d *demoEnv) takeover() (int, error) {
 	if err := waitStandby(d.ctx, d.procs, owner, d.budget.OwnerDeath.Total); err != nil {
 		return exitRefused, err
 	}
-	killedAt := time.Now()
-	if err := owner.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		return exitRefused, err
+	if d.fleet {
+		if err := d.leadOwner(owner); err != nil {
+			return exitRefused, err
+		}
 	}
-	<-owner.done
-	fmt.Fprintf(d.out, "killed %s (SIGKILL); waiting for the standby\n", owner.name)
+	killed := []*bridgeProc{owner}
+	what := owner.name
+	if m := d.memberOf(owner); m != nil {
+		killed = append(killed, m)
+		what = fmt.Sprintf("%s: its bridge and its store member", owner.name)
+		if d.leads(owner.name) {
+			what += ", the store's leader"
+		}
+	}
+	killedAt := time.Now()
+	for _, p := range killed {
+		if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			return exitRefused, err
+		}
+	}
+	for _, p := range killed {
+		<-p.done
+	}
+	fmt.Fprintf(d.out, "killed %s (SIGKILL); waiting for a standby\n", what)
 	succ, st, err := waitOwner(d.ctx, d.procs, owner, d.budget.OwnerDeath.Total+10*time.Second)
 	if err != nil {
 		return exitRefused, err

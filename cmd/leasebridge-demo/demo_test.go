@@ -92,6 +92,60 @@ func TestDemoTakesOverWithinBudget(t *testing.T) {
 	}
 }
 
+// --fleet-store: no etcd; three nodes each run `leasebridge store` and
+// `leasebridge run`, the store reports itself healthy, the budget has the
+// store_recovery term, and killing the owner's whole node (bridge and
+// member) ends in a takeover within the budget with one PLC connection at
+// a time, every process gone when the demo exits.
+func TestDemoFleetStoreTakesOverWithinBudget(t *testing.T) {
+	bin := testbin.Demo(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "--fleet-store", "--keep").CombinedOutput()
+	text := string(out)
+	if err != nil {
+		t.Fatalf("demo --fleet-store: %v\n%s", err, text)
+	}
+	for _, re := range []string{
+		`(?m)^started .leasebridge store. on node-a, node-b and node-c: the fleet's own lease store, no etcd to install$`,
+		`every member is reachable, without alarms, with one leader`,
+		`(?m)^  store_recovery +[0-9.]+s  \S`,
+		`(?m)^moved the store's leadership to node-.'s member \(etcd's MoveLeader\), so killing node-. kills the leader too$`,
+		`(?m)^killed node-.: its bridge and its store member, the store's leader \(SIGKILL\); waiting for a standby$`,
+		`(?m)^node-. took over plc-1 at epoch 2$`,
+		`(?m)peak concurrent PLC connections: +1$`,
+		`RESULT: takeover within the admitted budget, and the PLC never saw two clients`,
+	} {
+		if !regexp.MustCompile(re).MatchString(text) {
+			t.Errorf("demo --fleet-store output does not match %s:\n%s", re, text)
+		}
+	}
+	if strings.Contains(text, "embedded etcd") {
+		t.Errorf("demo --fleet-store started an etcd of its own:\n%s", text)
+	}
+	m := regexp.MustCompile(`(?m)^working directory: (\S+)$`).FindStringSubmatch(text)
+	if m == nil {
+		t.Fatalf("no working directory in:\n%s", text)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(m[1]) })
+	if left := processesIn(m[1]); len(left) > 0 {
+		t.Errorf("processes of the demo still run after it exited: %v", left)
+	}
+}
+
+// processesIn lists the live processes whose command line names dir.
+func processesIn(dir string) []string {
+	var out []string
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err == nil && strings.Contains(string(b), dir) {
+			out = append(out, p+": "+strings.ReplaceAll(string(b), "\x00", " "))
+		}
+	}
+	return out
+}
+
 // SIGTERM or SIGINT while the bridges run: the demo kills its bridge
 // processes, waits for them, removes its working directory and exits 128
 // plus the signal number. scripts/demo, README's first command, announces

@@ -9,7 +9,7 @@
 // proxy it links never ship in the leasebridge binary
 // (cmd/leasebridge's TestShippedBinaryCarriesNoTestServers).
 //
-//	leasebridge-demo [--keep] [--leasebridge PATH]
+//	leasebridge-demo [--keep] [--leasebridge PATH] [--fleet-store]
 //
 // Exit status: 0 the takeover stayed within the budget and the PLC never
 // saw two clients; 1 it did not, or a peer or bridge failed; 2 invalid
@@ -37,7 +37,7 @@ const (
 	exitInvalid = exitcode.Invalid
 )
 
-const about = `usage: leasebridge-demo [--keep] [--leasebridge PATH]
+const about = `usage: leasebridge-demo [--keep] [--leasebridge PATH] [--fleet-store]
 
 Starts an embedded etcd, an embedded MQTT broker and a simulated Modbus PLC
 behind a connection-counting proxy, runs two 'leasebridge run' processes
@@ -45,6 +45,11 @@ against them, shows a published value and a write to the PLC through the
 broker, kills the owner and prints the measured takeover beside the budget
 admission computed, with the terms that make up that budget. It exits 0 when
 the takeover stayed within the budget and the PLC never saw two clients.
+
+With --fleet-store there is no etcd at all: three nodes each run
+'leasebridge store' (their member of the fleet's own lease store) and
+'leasebridge run' from one file, and the demo kills the owner's whole node,
+its bridge and its member together.
 
 The bridges run the leasebridge binary given by --leasebridge, else the one
 beside this command, else one it builds into its working directory with
@@ -60,6 +65,8 @@ examples:
   scripts/demo
   # keep the bridges' configurations and logs afterwards
   go run ./cmd/leasebridge-demo --keep
+  # the fleet as its own lease store: three nodes, no etcd
+  scripts/demo --fleet-store
 
 flags:
 `
@@ -79,6 +86,7 @@ func demo(args []string, stdout, stderr io.Writer) int {
 	fl.SetOutput(io.Discard)
 	keep := fl.Bool("keep", false, "keep the working directory (configs and bridge logs)")
 	bridge := fl.String("leasebridge", "", "the leasebridge binary the bridges run (default: the one beside this command, else built)")
+	fleet := fl.Bool("fleet-store", false, "no etcd: three nodes, each running `leasebridge store` (its member of the fleet's own lease store) and `leasebridge run`; the owner's whole node is killed")
 	err := fl.Parse(args)
 	if err == nil && fl.NArg() > 0 {
 		err = fmt.Errorf("unexpected argument %q", fl.Arg(0))
@@ -111,7 +119,7 @@ func demo(args []string, stdout, stderr io.Writer) int {
 		case <-ctx.Done():
 		}
 	}()
-	code, err := runDemo(ctx, stdout, *keep, *bridge)
+	code, err := runDemo(ctx, stdout, *keep, *bridge, *fleet)
 	select {
 	case s := <-caught:
 		removed := ", working directory removed"
