@@ -136,12 +136,12 @@ func TestBridgeQoS1AcrossBrokerRestarts(t *testing.T) {
 	if bm[0].Topic() != "cmd/valve" || string(bm[0].Payload()) != "open" {
 		t.Fatalf("out direction delivered %s %q", bm[0].Topic(), bm[0].Payload())
 	}
+	// The subscribers can have a message before the bridge counts it: the
+	// count follows the target's PUBACK.
+	waitForwarded(t, br, n, 1)
 	in, out := br.Forwarded()
 	t.Logf("delivered %d distinct of %d (%d deliveries incl. duplicates); bridge forwarded in %d, out %d; connect attempts remote %d local %d",
 		len(got), n, len(ms), in, out, remote.ConnectAttempts(), local.ConnectAttempts())
-	if in < n || out < 1 {
-		t.Fatalf("forwarded in %d out %d", in, out)
-	}
 }
 
 // waitForwarded waits until br counted at least in and out forwards: a
