@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -135,11 +136,58 @@ func TestBridgeQoS1AcrossBrokerRestarts(t *testing.T) {
 	if bm[0].Topic() != "cmd/valve" || string(bm[0].Payload()) != "open" {
 		t.Fatalf("out direction delivered %s %q", bm[0].Topic(), bm[0].Payload())
 	}
+	// The subscribers can have a message before the bridge counts it: the
+	// count follows the target's PUBACK.
+	waitForwarded(t, br, n, 1)
 	in, out := br.Forwarded()
 	t.Logf("delivered %d distinct of %d (%d deliveries incl. duplicates); bridge forwarded in %d, out %d; connect attempts remote %d local %d",
 		len(got), n, len(ms), in, out, remote.ConnectAttempts(), local.ConnectAttempts())
-	if in < n || out < 1 {
-		t.Fatalf("forwarded in %d out %d", in, out)
+}
+
+// waitForwarded waits until br counted at least in and out forwards: a
+// forward is counted after the target's acknowledgement, which can come
+// after a subscriber of the target already has the message.
+func waitForwarded(t *testing.T, br *Bridge, in, out int64) {
+	t.Helper()
+	deadline := time.Now().Add(hang)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		gotIn, gotOut := br.Forwarded()
+		if gotIn >= in && gotOut >= out {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("bridge %s forwarded in %d out %d within %v, want at least %d and %d", br.Name(), gotIn, gotOut, hang, in, out)
+		}
+		<-tick.C
+	}
+}
+
+// waitForAll waits for the payloads 0..n-1 and names the missing ones
+// when they do not all arrive: which message is lost tells why.
+func (w *watcher) waitForAll(t *testing.T, n int) []paho.Message {
+	t.Helper()
+	deadline := time.After(hang)
+	for {
+		w.mu.Lock()
+		ms := append([]paho.Message(nil), w.msgs...)
+		w.mu.Unlock()
+		got := unique(ms)
+		if len(got) == n {
+			return ms
+		}
+		select {
+		case <-w.ch:
+		case <-deadline:
+			var missing []int
+			for i := range n {
+				if !got[strconv.Itoa(i)] {
+					missing = append(missing, i)
+				}
+			}
+			t.Fatalf("waiting for all %d messages: have %d deliveries, %d distinct, missing %v", n, len(ms), len(got), missing)
+		}
 	}
 }
 
@@ -198,10 +246,18 @@ func (o *bridgeOwner) stop(t *testing.T) {
 // owner had not forwarded, and what arrived while nobody owned the
 // session, reaches the new owner through the session's fixed client id;
 // the brokers never see two bridge connections.
+//
+// The brokers are mosquitto, not the embedded mochi: mochi v2.7.9 keeps the
+// server's and the client's packet identifiers in one in-flight map, so the
+// old owner's QoS 1 "released" status publish (paho's next id) deleted the
+// undelivered message the broker had sent under the same id, and it
+// fans a message out after acknowledging it to the producer, losing it when
+// the new owner's connect takes the session over meanwhile. Both lost one
+// message in ~1 run of 10 under load; neither is the bridge's doing.
 func TestBridgeFailoverWithoutLoss(t *testing.T) {
 	const n = 200
-	remoteB := testmqtt.StartMochi(t)
-	localB := testmqtt.StartMochi(t)
+	remoteB := testmqtt.StartMosquitto(t, testmqtt.MosquittoConfig{})
+	localB := testmqtt.StartMosquitto(t, testmqtt.MosquittoConfig{})
 	sub := watch(t, localB.URL, "subscriber", "site/#", 1, false)
 	prod := producer(t, remoteB.URL)
 
@@ -210,6 +266,9 @@ func TestBridgeFailoverWithoutLoss(t *testing.T) {
 	for i := range n {
 		switch i {
 		case n / 3:
+			// Stop the old owner mid-stream: after it forwarded something
+			// (a loaded machine may have it forward nothing so far).
+			waitForwarded(t, a.br, 1, 0)
 			a.stop(t)
 		case 2 * n / 3:
 			b = startBridgeOwner(t, remoteB.URL, localB.URL, 2)
@@ -221,18 +280,21 @@ func TestBridgeFailoverWithoutLoss(t *testing.T) {
 			}
 		}
 	}
-	ms := sub.waitFor(t, fmt.Sprintf("all %d messages", n), func(ms []paho.Message) bool { return len(unique(ms)) == n })
+	ms := sub.waitForAll(t, n)
 	ina, _ := a.br.Forwarded()
 	inb, _ := b.br.Forwarded()
 	t.Logf("old owner forwarded %d, new owner %d, %d deliveries for %d messages", ina, inb, len(ms), n)
 	if ina == 0 || inb < n/3 {
-		t.Fatalf("forwarded old %d new %d: the failover did not split the stream", ina, inb)
-	}
-	// Producer + one bridge on the remote, subscriber + one bridge locally.
-	if remoteB.PeakConnected() != 2 || localB.PeakConnected() != 2 {
-		t.Fatalf("peak connections remote %d local %d, want 2 each", remoteB.PeakConnected(), localB.PeakConnected())
+		t.Fatalf("forwarded old %d new %d: the new owner did not take the rest over", ina, inb)
 	}
 	b.stop(t)
+	// Two connections with one client id at once: the broker logs that it
+	// closed the older one.
+	for name, mq := range map[string]*testmqtt.Mosquitto{"remote": remoteB, "local": localB} {
+		if log := mq.Log(); strings.Contains(log, "already connected") {
+			t.Errorf("the %s broker saw two connections for one client id:\n%s", name, log)
+		}
+	}
 }
 
 func TestTopicMatches(t *testing.T) {
