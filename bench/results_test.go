@@ -269,41 +269,7 @@ func benchMarkdown(rs resultSet) string {
 	}
 	sort.Strings(names)
 
-	if _, _, ok := rs.median("dataplane/qos0/raw"); ok {
-		w("## Data plane: Modbus poll -> MQTT publish\n\n")
-		w("`BenchmarkDataPlane` (`bench/dataplane_test.go`). One operation is one poll of an %d-tag\n", dataTags)
-		w("holding-register group (one Modbus read request, checked by the server's request counter) and\n")
-		w("one publish per tag, each waited for (PUBACK at QoS 1), against one Modbus TCP server\n")
-		w("(`simonvetter/modbus`) and one mosquitto 2.0.11 on loopback.\n\n")
-		w("- **raw**: `goburrow/modbus` `ReadHoldingRegisters` + `encoding/json` + `paho.mqtt.golang` `Publish`, the\n")
-		w("  same payload fields as leasebridge's.\n")
-		w("- **leasebridge**: `transports/modbus` `Poll` under an owner guard (the fence check before every\n")
-		w("  request) + `transports/mqtt` `PublishValue` (epoch stamped) on each tag's topic, filled once\n")
-		w("  from the route template, as `dataplane`'s poller does (`poller.topic`).\n\n")
-		w("| QoS | loop | per poll (median of %d) | added latency per poll | polls/s | throughput vs raw | goal >= 90 %% |\n", len(rs["dataplane/qos0/raw"]))
-		w("|---|---|---|---|---|---|---|\n")
-		for _, q := range []string{"qos0", "qos1"} {
-			raw, _, ok := rs.median("dataplane/" + q + "/raw")
-			if !ok {
-				continue
-			}
-			w("| %s | raw | %s | - | %.0f | 100 %% | |\n", strings.TrimPrefix(q, "qos"), us(raw.NsPerOp), 1e9/raw.NsPerOp)
-			for _, impl := range []struct{ key, label string }{{"leasebridge", "leasebridge"}} {
-				lb, _, ok := rs.median("dataplane/" + q + "/" + impl.key)
-				if !ok {
-					continue
-				}
-				ratio := raw.NsPerOp / lb.NsPerOp
-				met := "met"
-				if ratio < 0.9 {
-					met = "not met"
-				}
-				w("| %s | %s | %s | %s | %.0f | %.1f %% | %s |\n", strings.TrimPrefix(q, "qos"), impl.label, us(lb.NsPerOp),
-					us(lb.NsPerOp-raw.NsPerOp), 1e9/lb.NsPerOp, 100*ratio, met)
-			}
-		}
-		w("\n")
-	}
+	dataplaneSection(rs, w)
 
 	admitSection(rs, w)
 

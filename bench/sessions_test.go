@@ -265,6 +265,7 @@ func thousandSessions(b *testing.B, gogc, name string) {
 	if err := cmd.Process.Signal(syscall.Signal(0)); err != nil {
 		b.Fatal(errors.New("leasebridge run ended during the measurement"))
 	}
+	idleProfiles(b, cmd.Process, logf.Name())
 	rounds := el.Seconds() / renew.Seconds()
 	m := map[string]float64{
 		"sessions":             manySessions,
@@ -285,4 +286,35 @@ func thousandSessions(b *testing.B, gogc, name string) {
 		b.ReportMetric(m[k], k)
 	}
 	record(b, name, result{N: 1, Metrics: m})
+}
+
+// idleProfiles asks the idle process for its heap and goroutine profiles
+// when LEASEBRIDGE_PROFILE_DIR is set (the process inherits it, see
+// cmd/leasebridge/profile.go) and waits until its log says they were
+// written. Unset, it does nothing: a measured run is not disturbed.
+func idleProfiles(b *testing.B, p *os.Process, logPath string) {
+	dir := os.Getenv("LEASEBRIDGE_PROFILE_DIR")
+	if dir == "" {
+		return
+	}
+	if err := p.Signal(syscall.SIGUSR1); err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for {
+		log, err := os.ReadFile(logPath)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if strings.Contains(string(log), "profiles written") {
+			b.Logf("idle heap and goroutine profiles in %s", dir)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			b.Fatalf("no profiles in %s after a minute", dir)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }

@@ -310,6 +310,19 @@ func (k *Conn[C]) Guard(ctx context.Context) error { return GuardRequest(ctx, k.
 // in. An error means nothing was sent and c is as good as before. The
 // caller holds Lock.
 func (k *Conn[C]) Begin(ctx context.Context, c C, what string) (end func(), err error) {
+	return k.BeginOp(ctx, c, text(what))
+}
+
+// text is a request name already formatted.
+type text string
+
+func (t text) String() string { return string(t) }
+
+// BeginOp is Begin for a request named by what, formatted only when an
+// error needs it: a poller begins a request every interval, and a name
+// formatted up front is an fmt.Sprintf per request that almost never
+// reaches an error.
+func (k *Conn[C]) BeginOp(ctx context.Context, c C, what fmt.Stringer) (end func(), err error) {
 	if err := k.Guard(ctx); err != nil {
 		return nil, fmt.Errorf("device %q: %s: %w", k.cfg.Name, what, err)
 	}

@@ -80,6 +80,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	profileOnSignal(ctx, log)
 	code, err := serve(ctx, built, cfg, reports, log, nil)
 	if err != nil {
 		log.Error("run failed", "err", err, "exit_status", code)

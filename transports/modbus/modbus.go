@@ -278,7 +278,7 @@ func (t *Transport) exchange(ctx context.Context, what op, fn func(modbus.Client
 	}
 	mc.l.setDeadline(deadline)
 	// Ending ctx interrupts the request: Begin closes the link.
-	end, err := t.Begin(ctx, mc, what.String())
+	end, err := t.BeginOp(ctx, mc, what)
 	if err != nil {
 		return nil, err
 	}
