@@ -105,6 +105,22 @@ func procStat(pid int) (cpu time.Duration, rss, hwm int64, err error) {
 	return cpu, rss, hwm, nil
 }
 
+// statusKB is one field of /proc/PID/status in kB, such as RssFile: the
+// resident pages mapped from files (the binary's code and data), which
+// the Go runtime's own figures leave out.
+func statusKB(pid int, field string) (int64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(data)) {
+		if k, v, ok := strings.Cut(line, ":"); ok && k == field {
+			return strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/status: no %s", pid, field)
+}
+
 // metricSum adds up the samples of a Prometheus text exposition whose line
 // starts with name and contains every label in labels.
 func metricSum(url, name string, labels ...string) (float64, error) {
@@ -166,8 +182,9 @@ func readyCount(httpAddr string) (int, error) {
 // whatever b.N is.
 func BenchmarkThousandSessions(b *testing.B) {
 	b.Run("default", func(b *testing.B) { thousandSessions(b, "", "sessions/1000") })
-	// The baseline: the same process at Go's default GOGC=100 rather than
-	// the failover.GCPercent that run sets.
+	// The baselines: the same process at GOGC=50, run's setting before
+	// failover.GCPercent became 25, and at Go's default GOGC=100.
+	b.Run("gogc=50", func(b *testing.B) { thousandSessions(b, "50", "sessions/1000-gogc50") })
 	b.Run("gogc=100", func(b *testing.B) { thousandSessions(b, "100", "sessions/1000-gogc100") })
 }
 
@@ -254,6 +271,10 @@ func thousandSessions(b *testing.B, gogc, name string) {
 		b.Fatal(err)
 	}
 	el := time.Since(t0)
+	fileRSS, err := statusKB(cmd.Process.Pid, "RssFile")
+	if err != nil {
+		b.Fatal(err)
+	}
 	txn1, range1 := kv("Txn"), kv("Range")
 	lbMetrics := "http://" + httpAddr + "/metrics"
 	goroutines, err := metricSum(lbMetrics, "go_goroutines")
@@ -272,6 +293,7 @@ func thousandSessions(b *testing.B, gogc, name string) {
 		"all_full_s":           allFull.Seconds(),
 		"rss_MB":               float64(rss) / (1 << 20),
 		"peak_rss_MB":          float64(hwm) / (1 << 20),
+		"rss_file_MB":          float64(fileRSS) / (1 << 10),
 		"cpu_idle_pct":         100 * (cpu1 - cpu0).Seconds() / el.Seconds(),
 		"txn_per_round":        (txn1 - txn0) / rounds,
 		"range_per_round":      (range1 - range0) / rounds,
@@ -296,6 +318,11 @@ func idleProfiles(b *testing.B, p *os.Process, logPath string) {
 	dir := os.Getenv("LEASEBRIDGE_PROFILE_DIR")
 	if dir == "" {
 		return
+	}
+	// The process's mappings: which of its resident pages are the
+	// binary's, which the heap's and stacks'.
+	if smaps, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", p.Pid)); err == nil {
+		_ = os.WriteFile(filepath.Join(dir, "smaps.txt"), smaps, 0o644)
 	}
 	if err := p.Signal(syscall.SIGUSR1); err != nil {
 		b.Fatal(err)

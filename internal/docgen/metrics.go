@@ -16,7 +16,7 @@ func metricsTable() (string, error) {
 	m := failover.NewMetrics(reg)
 	// Touch every vector once so Gather reports it with its labels.
 	m.FailureToFull.WithLabelValues("s", failover.CauseOwnerDeath).Observe(0)
-	m.State.WithLabelValues("s", "standby").Set(0)
+	m.State.Set("s", "standby")
 	m.Epoch.WithLabelValues("s").Set(0)
 	m.RenewFailures.WithLabelValues("s").Add(0)
 	m.StepDowns.WithLabelValues("s").Add(0)
