@@ -136,12 +136,8 @@ func (t *Term) startPollers(ctx context.Context, guard Guard, wg *sync.WaitGroup
 			if len(r.Groups) > 0 && !slices.Contains(r.Groups, g.Name) {
 				continue
 			}
-			p := &poller{t: t, route: r, group: g, dev: dev, local: t.Brokers[r.Broker],
-				last: map[string]transports.Value{}, band: map[string]float64{}, onGood: onGood, failing: map[string]bool{}, topics: map[string]string{},
-				polled: polled, published: published}
-			for _, tag := range g.Tags {
-				p.band[tag.Name] = tag.Deadband
-			}
+			p := newPoller(t, r, g, dev, onGood)
+			p.polled, p.published = polled, published
 			p.start(ctx, guard.Valid, wg)
 			if _, ok := dev.(transports.Notifier); ok && g.Mode == "subscribe" {
 				if pushed[r.Device] == nil {

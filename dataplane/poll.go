@@ -17,34 +17,65 @@ func topicFor(r *routes.Route, group, tag string) string {
 
 // poller publishes one poll group of one poll route.
 type poller struct {
-	t      *Term
-	route  *routes.Route
-	group  *routes.PollGroup
-	dev    transports.Poller
-	local  Publisher
-	last   map[string]transports.Value
-	band   map[string]float64
+	t     *Term
+	route *routes.Route
+	group *routes.PollGroup
+	dev   transports.Poller
+	local Publisher
+	// tags is what the poller keeps per tag, in one map: small Go maps
+	// reserve room for eight entries, and one map per kind of state cost a
+	// process of 1,000 single-tag sessions about a kilobyte per poller.
+	tags   map[string]*tagState
 	onGood func()
 	// failing remembers an ongoing poll or publish failure, so it is
-	// logged when it starts and when it ends rather than every cycle.
+	// logged when it starts and when it ends rather than every cycle;
+	// made at the first failure.
 	failing map[string]bool
-	// topics caches each tag's topic: filling the template per value cost
-	// a third of the data plane's time.
-	topics map[string]string
 	// kick polls at once (set by start).
 	kick func()
 	// polled and published count the route's values (Counters.Values).
 	polled, published Counter
 }
 
+// tagState is what a poller keeps for one tag.
+type tagState struct {
+	band float64 // the tag's deadband
+	// topic caches the tag's topic: filling the template per value cost a
+	// third of the data plane's time. Empty until first used.
+	topic string
+	// last is the value last seen, when seen.
+	last transports.Value
+	seen bool
+}
+
+// newPoller is the poller of one poll group of route r.
+func newPoller(t *Term, r *routes.Route, g *routes.PollGroup, dev transports.Poller, onGood func()) *poller {
+	p := &poller{t: t, route: r, group: g, dev: dev, local: t.Brokers[r.Broker], onGood: onGood,
+		tags: make(map[string]*tagState, len(g.Tags))}
+	for _, tag := range g.Tags {
+		p.tags[tag.Name] = &tagState{band: tag.Deadband}
+	}
+	return p
+}
+
+// tag is the state of the named tag, made for a tag the group does not
+// list.
+func (p *poller) tag(name string) *tagState {
+	st, ok := p.tags[name]
+	if !ok {
+		st = &tagState{}
+		p.tags[name] = st
+	}
+	return st
+}
+
 // topic returns the tag's topic.
 func (p *poller) topic(tag string) string {
-	t, ok := p.topics[tag]
-	if !ok {
-		t = topicFor(p.route, p.group.Name, tag)
-		p.topics[tag] = t
+	st := p.tag(tag)
+	if st.topic == "" {
+		st.topic = topicFor(p.route, p.group.Name, tag)
 	}
-	return t
+	return st.topic
 }
 
 // report logs the start and the end of a failure of op; err nil means op
@@ -53,6 +84,9 @@ func (p *poller) report(op string, err error, attrs ...any) {
 	log := p.t.spec.Env.Log()
 	switch {
 	case err != nil && !p.failing[op]:
+		if p.failing == nil {
+			p.failing = map[string]bool{}
+		}
 		p.failing[op] = true
 		log.Warn(op+" failing", append(attrs, "route", p.route.Name, "group", p.group.Name, "err", err)...)
 	case err == nil && p.failing[op]:
@@ -163,7 +197,7 @@ func (p *poller) once(ctx context.Context) {
 			}
 			env.TransportError(p.local.Name(), "publish")
 			pubErr = err
-			delete(p.last, v.Tag) // publish it again next time
+			p.tag(v.Tag).seen = false // publish it again next time
 			continue
 		}
 		sent++
@@ -198,10 +232,11 @@ func (p *poller) badValues(vals []transports.Value, err error) []transports.Valu
 // with on_change when the quality changed or the value moved past the
 // tag's deadband (transports.Moved). It records v.
 func (p *poller) changed(v transports.Value) bool {
-	prev, seen := p.last[v.Tag]
-	p.last[v.Tag] = v
+	st := p.tag(v.Tag)
+	prev, seen := st.last, st.seen
+	st.last, st.seen = v, true
 	if !seen || p.route.Publish == "every_poll" || prev.Quality != v.Quality {
 		return true
 	}
-	return transports.Moved(prev.Value, v.Value, p.band[v.Tag])
+	return transports.Moved(prev.Value, v.Value, st.band)
 }
