@@ -22,30 +22,30 @@ type Metrics struct {
 	// State is 1 for the session's current state and 0 for the others.
 	State *SessionStates
 	// Epoch is the lease epoch the session last owned.
-	Epoch *prometheus.GaugeVec
+	Epoch *SessionValues
 	// RenewFailures counts failed renew calls.
-	RenewFailures *prometheus.CounterVec
+	RenewFailures *SessionValues
 	// StepDowns counts broker-path step-downs.
-	StepDowns *prometheus.CounterVec
+	StepDowns *SessionValues
 	// Budget is each session's admitted budget per failure mode.
 	Budget *prometheus.GaugeVec
 	// TransportErrors counts transport open, poll, write and publish errors.
 	TransportErrors *prometheus.CounterVec
 	// Takeovers counts the times this process became a session's owner.
-	Takeovers *prometheus.CounterVec
+	Takeovers *SessionValues
 	// ClaimConflicts is 1 while a device endpoint of the session is
 	// claimed under another key_prefix or session and the term waits.
-	ClaimConflicts *prometheus.GaugeVec
+	ClaimConflicts *SessionValues
 	// TimingMismatch is 1 while the row's owner runs a lease timing other
 	// than this node's.
-	TimingMismatch *prometheus.GaugeVec
+	TimingMismatch *SessionValues
 	// TimingMismatches counts the distinct owner timings seen that differ
 	// from this node's.
-	TimingMismatches *prometheus.CounterVec
+	TimingMismatches *SessionValues
 	// SessionUnowned is 1 while no node owns the session, as this node
 	// observes the row (released, or unchanged for its owner's lease_ttl):
 	// for a pinned session, every eligible node is down or draining.
-	SessionUnowned *prometheus.GaugeVec
+	SessionUnowned *SessionValues
 	// StoreUp is 1 while the lease store answers this process's probe.
 	StoreUp prometheus.Gauge
 	// WriteRequests counts write requests by outcome (the reply code).
@@ -56,12 +56,12 @@ type Metrics struct {
 	// DeviceLastGood is when the device last answered this node.
 	DeviceLastGood *prometheus.GaugeVec
 	// DeviceStepDowns counts device-path releases.
-	DeviceStepDowns *prometheus.CounterVec
+	DeviceStepDowns *SessionValues
 	// BuildInfo is 1, labelled with the running binary's build stamp.
 	BuildInfo *prometheus.GaugeVec
 	// TopologySuspect is 1 while a standby's local broker shows no status
 	// from the session's owner.
-	TopologySuspect *prometheus.GaugeVec
+	TopologySuspect *SessionValues
 	// Bridges exports the bridge routes' forwarded and dropped messages.
 	Bridges *dataplane.BridgeCounters
 	// Node is 1, labelled with the node name, so that queries can name
@@ -86,15 +86,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.05, 2, 16),
 		}, []string{"session", "cause"}),
 		State:            newSessionStates(),
-		Epoch:            gaugeVec("leasebridge_lease_epoch", "Lease epoch (fencing token) this process last owned the session at.", "session"),
-		RenewFailures:    counterVec("leasebridge_renew_failures_total", "Renew calls that failed or timed out.", "session"),
-		StepDowns:        counterVec("leasebridge_step_downs_total", "Broker-path step-downs: the broker path stayed not converged for broker_health_step_down.", "session"),
+		Epoch:            sessionGauge("leasebridge_lease_epoch", "Lease epoch (fencing token) this process last owned the session at."),
+		RenewFailures:    sessionCounter("leasebridge_renew_failures_total", "Renew calls that failed or timed out."),
+		StepDowns:        sessionCounter("leasebridge_step_downs_total", "Broker-path step-downs: the broker path stayed not converged for broker_health_step_down."),
 		Budget:           gaugeVec("leasebridge_failover_budget_seconds", "Admitted worst-case failover budget per failure mode (owner_death, broker_path, device_path).", "session", "mode"),
 		TransportErrors:  counterVec("leasebridge_transport_errors_total", "Transport errors by operation (open, poll, write, publish, close).", "session", "transport", "op"),
-		Takeovers:        counterVec("leasebridge_takeovers_total", "Times this process became the session's owner.", "session"),
-		ClaimConflicts:   gaugeVec("leasebridge_endpoint_claim_conflicts", "1 while a device endpoint of the session is claimed under another key_prefix or session; the owner does not activate.", "session"),
-		TimingMismatch:   gaugeVec("leasebridge_timing_mismatch", "1 while the lease row's owner runs a lease timing (lease_ttl, renew_interval, renew_call_timeout, acquire_poll_interval, fence_after) other than this node's; a standby then waits the longer lease_ttl.", "session"),
-		TimingMismatches: counterVec("leasebridge_timing_mismatches_total", "Distinct row-owner lease timings seen that differ from this node's.", "session"),
+		Takeovers:        sessionCounter("leasebridge_takeovers_total", "Times this process became the session's owner."),
+		ClaimConflicts:   sessionGauge("leasebridge_endpoint_claim_conflicts", "1 while a device endpoint of the session is claimed under another key_prefix or session; the owner does not activate."),
+		TimingMismatch:   sessionGauge("leasebridge_timing_mismatch", "1 while the lease row's owner runs a lease timing (lease_ttl, renew_interval, renew_call_timeout, acquire_poll_interval, fence_after) other than this node's; a standby then waits the longer lease_ttl."),
+		TimingMismatches: sessionCounter("leasebridge_timing_mismatches_total", "Distinct row-owner lease timings seen that differ from this node's."),
 		StoreUp: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "leasebridge_lease_store_up",
 			Help: "1 while the lease store answers the linearizable probe this process sends several times per renew_interval, each within renew_call_timeout; 0 otherwise.",
@@ -102,14 +102,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		WriteRequests:   counterVec("leasebridge_write_requests_total", "Write requests by outcome: the reply code (ok, busy, stale, invalid, ...; docs/writes.md), or dropped.", "session", "route", "outcome"),
 		DeviceUp:        gaugeVec("leasebridge_device_up", "1 while the owned session's device answers its polls, 0 while it does not; absent on a standby.", "session", "device"),
 		DeviceLastGood:  gaugeVec("leasebridge_device_last_good_timestamp_seconds", "Unix time of the device's last good answer to this node.", "session", "device"),
-		DeviceStepDowns: counterVec("leasebridge_device_step_downs_total", "Device-path releases: a device stayed unreachable for device_path_step_down.", "session"),
+		DeviceStepDowns: sessionCounter("leasebridge_device_step_downs_total", "Device-path releases: a device stayed unreachable for device_path_step_down."),
 		BuildInfo:       gaugeVec("leasebridge_build_info", "1, labelled with the binary's module version, VCS revision, dirty flag and Go version (as `leasebridge version` prints).", buildinfo.LabelNames...),
-		TopologySuspect: gaugeVec("leasebridge_broker_topology_suspect", "1 while this standby of a session with a bridge route has stood by longer than the owner-death budget and its local broker carries no active status from another node: the owner uses another broker (docs/bridged-data.md).", "session"),
+		TopologySuspect: sessionGauge("leasebridge_broker_topology_suspect", "1 while this standby of a session with a bridge route has stood by longer than the owner-death budget and its local broker carries no active status from another node: the owner uses another broker (docs/bridged-data.md)."),
 		Bridges:         dataplane.NewBridgeCounters(),
 		Node:            gaugeVec("leasebridge_node_info", "1, labelled with the process's node name (the node key): join it on instance to name the node behind a scrape target.", "node"),
 		ValuesPolled:    counterVec("leasebridge_values_polled_total", "Values a poll route read from its device: every tag of every successful poll.", "session", "route"),
 		ValuesPublished: counterVec("leasebridge_values_published_total", "Values a poll route published and its local broker accepted: with publish: on_change only the changes, and after a failed poll every tag of the group as bad.", "session", "route"),
-		SessionUnowned:  gaugeVec("leasebridge_session_unowned", "1 while no node owns the session as this node observes its lease row (released, or unchanged for its owner's lease_ttl); with fleet rows only.", "session"),
+		SessionUnowned:  sessionGauge("leasebridge_session_unowned", "1 while no node owns the session as this node observes its lease row (released, or unchanged for its owner's lease_ttl); with fleet rows only."),
 	}
 	m.BuildInfo.WithLabelValues(buildinfo.Read().Labels()...).Set(1)
 	reg.MustRegister(m.Bridges, m.FailureToFull, m.State, m.Epoch, m.RenewFailures, m.StepDowns, m.Budget, m.TransportErrors, m.Takeovers,
