@@ -289,7 +289,7 @@ func benchMarkdown(rs resultSet) string {
 		}
 		w("| RSS at idle (`GOGC=%d`, what `leasebridge run` sets) | %.1f MB | %s |\n", failover.GCPercent, m["rss_MB"], rssMet)
 		w("| peak RSS (VmHWM, including the takeover of all sessions) | %.1f MB | |\n", m["peak_rss_MB"])
-		w("| of the RSS, the binary's own pages (RssFile) | %.1f MB | |\n", m["rss_file_MB"])
+		w("| of the RSS, the binary's own pages (RssFile) / the rest (heap, stacks, runtime) | %.1f MB / %.1f MB | |\n", m["rss_file_MB"], m["rss_MB"]-m["rss_file_MB"])
 		w("| CPU at idle (user + system, %% of one core) | %.2f %% | |\n", m["cpu_idle_pct"])
 		w("| goroutines | %.0f (%.1f per session) | |\n", m["goroutines"], m["goroutines"]/m["sessions"])
 		w("| Go stacks in use / heap in use | %.1f MB / %.1f MB | |\n", m["stack_inuse_MB"], m["heap_inuse_MB"])
