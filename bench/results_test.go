@@ -236,7 +236,6 @@ func (s resultSet) metrics(name string) (map[string]float64, int) {
 }
 
 func ms(ns float64) string { return fmt.Sprintf("%.3f ms", ns/1e6) }
-func us(ns float64) string { return fmt.Sprintf("%.1f µs", ns/1e3) }
 
 // benchMarkdown renders the page from rs alone, so that the page can be
 // rendered again from its raw results (TestBenchmarksPageUpToDate).
