@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -244,21 +242,6 @@ func timeBlock(b *testing.B, f pollBlock) block {
 	wall, cpu := time.Since(t0), cpuTime()-c0
 	return block{wall: float64(wall) / pairPolls, cpu: float64(cpu) / pairPolls,
 		st: stages{read: st.read / pairPolls, publish: st.publish / pairPolls}}
-}
-
-// loadAvg is the 1-minute load average (/proc/loadavg): how busy the
-// machine was beside the figure.
-func loadAvg(b *testing.B) float64 {
-	data, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		b.Fatal(err)
-	}
-	f := strings.Fields(string(data))
-	v, err := strconv.ParseFloat(f[0], 64)
-	if err != nil {
-		b.Fatalf("/proc/loadavg %q: %v", data, err)
-	}
-	return v
 }
 
 // BenchmarkDataPlane compares one poll of an 8-tag group plus its 8
