@@ -182,6 +182,13 @@ type Core struct {
 	acqEpoch    uint64        // epoch the takeover CAS in flight writes
 	maxEpoch    uint64        // highest epoch seen in the row
 	nextAcquire time.Duration
+	// unknownCAS: the last takeover CAS failed with an error other than
+	// a conflict (a timeout), so it may have landed; unknownSent and
+	// unknownEpoch are its send instant and the epoch it wrote. The next
+	// Acquire read resolves it (adoptLanded).
+	unknownCAS   bool
+	unknownSent  time.Duration
+	unknownEpoch uint64
 
 	// Owner.
 	rev        int64
@@ -334,6 +341,7 @@ func (c *Core) Tick(now time.Duration) Step {
 // outcome and the core stops.
 func (c *Core) Release(now time.Duration) Step {
 	c.releaseWanted = true
+	c.unknownCAS = false // a release reads the row and releases it if ours
 	return c.Tick(now)
 }
 
@@ -361,11 +369,16 @@ func (c *Core) Done(now time.Duration, r Result) Step {
 	case pAcqRead:
 		c.onAcquireRead(now, r, &s)
 	case pAcqCAS:
+		c.unknownCAS = false
 		if r.Err == nil {
 			c.becomeOwner(now, sent, r.Version, &s)
 		} else {
 			// A conflict is contention; any other error may have landed,
-			// which the next Acquire finds as our own row.
+			// which the next Acquire finds as our own row with this
+			// epoch (adoptLanded).
+			if !errors.Is(r.Err, ErrConflict) && !c.releaseWanted {
+				c.unknownCAS, c.unknownSent, c.unknownEpoch = true, sent, c.acqEpoch
+			}
 			c.endAcquire(now)
 		}
 	case pRenew:
@@ -534,6 +547,9 @@ func (c *Core) onAcquireRead(now time.Duration, r Result, s *Step) {
 	}
 	row, ver := r.Row, r.Version
 	c.maxEpoch = max(c.maxEpoch, row.Epoch)
+	if c.adoptLanded(now, r, s) {
+		return
+	}
 	free := ver == 0 || row.Owner == "" || row.Owner == c.id.Owner
 	wait := time.Duration(0)
 	if c.deferred(row) {
@@ -576,6 +592,38 @@ func (c *Core) onAcquireRead(now time.Duration, r Result, s *Step) {
 		c.took = row
 	}
 	c.issue(now, pAcqCAS, Op{Kind: OpCAS, Expect: ver, Row: c.myRow(c.acqEpoch)}, s)
+}
+
+// adoptLanded resolves a takeover CAS whose outcome was unknown with the
+// Acquire read r, and reports whether the core became owner from it. A
+// row of this core's own identity with exactly that CAS's epoch is that
+// CAS, landed: only this process writes this identity, and every other
+// write of it (a renew of an earlier term) carries an earlier epoch, as
+// each takeover writes one above the highest seen. Another CAS there
+// would land too, move the row again and, with the store's round trip
+// between half and one renew_call_timeout, time out again: the row would
+// never stay unchanged for the lease_ttl a standby waits, and no one
+// would serve (lab: the drop after a fence). Instead the core becomes
+// owner, its fence deadline anchored at the CAS's send, as a renew's is:
+// the row landed no earlier than that send, so any standby's lease_ttl
+// wait on that revision starts after it (docs/lease-protocol.md). A
+// fenced term's hold was over before that CAS was issued. Past its fence
+// deadline becomeOwner refuses, and the row gets a fresh take. Anything
+// else (another epoch or owner, an error) ends the unknown and takes the
+// usual path.
+func (c *Core) adoptLanded(now time.Duration, r Result, s *Step) bool {
+	if !c.unknownCAS || r.Err != nil {
+		return false
+	}
+	c.unknownCAS = false
+	if r.Version == 0 || r.Row.Owner != c.id.Owner || r.Row.Epoch != c.unknownEpoch {
+		return false
+	}
+	// observed and took stay as the original take set them: the outage
+	// began there.
+	c.acqEpoch = r.Row.Epoch
+	c.becomeOwner(now, c.unknownSent, r.Version, s)
+	return c.state == StateOwner
 }
 
 // endAcquire schedules the next Acquire after a jittered poll wait.

@@ -329,3 +329,101 @@ func TestDeferFollowsAHandoverRelease(t *testing.T) {
 		}
 	}
 }
+
+// takeTimedOut takes a missing row with a read whose response takes
+// 120ms, then a compare-and-swap (sent at 120ms, epoch 1) that times out
+// at the shared renew_call_timeout, 200ms, whatever became of it: the
+// store's round trip between half and one renew_call_timeout. fed: the
+// read is a RowSource's (Feed). It returns when the next Acquire read is
+// due.
+func takeTimedOut(t *testing.T, c *Core, cfg Config, fed bool) (next time.Duration) {
+	t.Helper()
+	var s Step
+	if fed {
+		c.SetFed(true)
+		s = c.Feed(120*time.Millisecond, 0, Result{})
+	} else {
+		wantOp(t, c.Tick(0), OpRead)
+		s = c.Done(120*time.Millisecond, Result{})
+	}
+	op := wantOp(t, s, OpCAS)
+	if op.Row.Epoch != 1 || op.Deadline != cfg.RenewCallTimeout {
+		t.Fatalf("takeover CAS %+v, want epoch 1 by the read's deadline", op)
+	}
+	s = c.Done(cfg.RenewCallTimeout, Result{Err: errors.New("context deadline exceeded")})
+	if s.Op.Kind != OpNone || len(s.Events) != 0 || c.State() != StateStandby {
+		t.Fatalf("after the timed-out CAS: step %+v, state %v", s, c.State())
+	}
+	if fed {
+		return cfg.RenewCallTimeout + 300*time.Millisecond
+	}
+	if s.WakeAt == Never {
+		t.Fatal("no next Acquire after the timed-out CAS")
+	}
+	return s.WakeAt
+}
+
+// acquireRead makes the next Acquire read at sent (the core's own, or a
+// RowSource's) and answers it with r at sent+120ms.
+func acquireRead(t *testing.T, c *Core, sent time.Duration, fed bool, r Result) Step {
+	t.Helper()
+	if fed {
+		return c.Feed(sent+120*time.Millisecond, sent, r)
+	}
+	wantOp(t, c.Tick(sent), OpRead)
+	return c.Done(sent+120*time.Millisecond, r)
+}
+
+// A takeover CAS that timed out but landed: the next Acquire read shows
+// the row ours with exactly that CAS's epoch. The core becomes owner from
+// that read, its fence deadline anchored at the CAS's send, and issues no
+// second CAS; before, each re-take wrote epoch+1 and timed out again,
+// moving the row for ever so that no standby could take it (lab: the drop
+// after a fence on docs/measured-failover.md).
+func TestTimedOutTakeoverThatLandedAdopted(t *testing.T) {
+	for _, fed := range []bool{false, true} {
+		c, cfg := newTestCore(t, 0)
+		sent := takeTimedOut(t, c, cfg, fed)
+		mine := Row{Owner: me.Owner, Node: me.Node, Epoch: 1, Timing: cfg.RowTiming()}
+		s := acquireRead(t, c, sent, fed, Result{Row: mine, Version: 9})
+		if s.Op.Kind != OpNone {
+			t.Fatalf("fed %v: %v expecting %d to epoch %d after the landed CAS, want none", fed, s.Op.Kind, s.Op.Expect, s.Op.Row.Epoch)
+		}
+		ev := wantEvent(t, s, EventBecameOwner)
+		if ev.Epoch != 1 || ev.Observed != 120*time.Millisecond || ev.Took != (Row{}) {
+			t.Fatalf("fed %v: became owner %+v, want epoch 1 observed at the first read (120ms), the missing row taken", fed, ev)
+		}
+		if _, dl, ok := c.Owner(); !ok || dl != 120*time.Millisecond+cfg.FenceAfter {
+			t.Fatalf("fed %v: deadline %v, want the CAS's send (120ms) + fence_after %v", fed, dl, cfg.FenceAfter)
+		}
+		op := wantOp(t, c.Tick(c.nextRenew), OpCAS)
+		if op.Expect != 9 || op.Row.Epoch != 1 {
+			t.Fatalf("fed %v: first renew %+v, want expect 9, epoch 1", fed, op)
+		}
+	}
+}
+
+// A row of this identity with another epoch, or with that epoch only
+// after the CAS's fence interval has passed, is not the timed-out CAS
+// adopted: it gets a fresh compare-and-swap.
+func TestOwnRowNotOfTheTimedOutCASRetaken(t *testing.T) {
+	for _, fed := range []bool{false, true} {
+		c, cfg := newTestCore(t, 0)
+		sent := takeTimedOut(t, c, cfg, fed)
+		// A renew of an earlier term of ours, landed late.
+		old := Row{Owner: me.Owner, Node: me.Node, Epoch: 4, Timing: cfg.RowTiming()}
+		s := acquireRead(t, c, sent, fed, Result{Row: old, Version: 9})
+		if op := wantOp(t, s, OpCAS); op.Expect != 9 || op.Row.Epoch != 5 || len(s.Events) != 0 {
+			t.Fatalf("fed %v: %+v events %+v, want a fresh CAS expecting 9 to epoch 5", fed, op, s.Events)
+		}
+
+		c, cfg = newTestCore(t, 0)
+		takeTimedOut(t, c, cfg, fed)
+		late := 120*time.Millisecond + cfg.FenceAfter // the CAS's fence deadline
+		mine := Row{Owner: me.Owner, Node: me.Node, Epoch: 1, Timing: cfg.RowTiming()}
+		s = acquireRead(t, c, late, fed, Result{Row: mine, Version: 9})
+		if op := wantOp(t, s, OpCAS); op.Expect != 9 || op.Row.Epoch != 2 || len(s.Events) != 0 {
+			t.Fatalf("fed %v, past the CAS's fence deadline: %+v events %+v, want a fresh CAS expecting 9 to epoch 2", fed, op, s.Events)
+		}
+	}
+}
