@@ -67,7 +67,7 @@ func (s *sim) sendBatch(n *node, b *batch) {
 		return
 	}
 	gen := n.gen
-	s.at(s.now+s.batchLatency(), nil, func() {
+	s.at(s.now+s.latency(n, s.rrnd), nil, func() {
 		if n.partitioned {
 			return
 		}
@@ -80,7 +80,7 @@ func (s *sim) sendBatch(n *node, b *batch) {
 		if s.lose > 0 && s.rrnd.Float64() < s.lose {
 			return
 		}
-		s.atGen(s.now+s.batchLatency(), n, gen, func() {
+		s.atGen(s.now+s.latency(n, s.rrnd), n, gen, func() {
 			if n.partitioned {
 				return
 			}
@@ -89,12 +89,4 @@ func (s *sim) sendBatch(n *node, b *batch) {
 			}
 		})
 	})
-}
-
-// batchLatency draws one network leg of a batch call.
-func (s *sim) batchLatency() int64 {
-	if s.latMax <= 0 {
-		return 0
-	}
-	return s.rrnd.Int64N(s.latMax + 1)
 }

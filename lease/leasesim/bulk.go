@@ -45,7 +45,7 @@ func (s *sim) bulkRead(n *node) {
 		return
 	}
 	gen := n.gen
-	s.at(s.now+s.bulkLatency(), nil, func() {
+	s.at(s.now+s.latency(n, s.brnd), nil, func() {
 		if n.partitioned {
 			return
 		}
@@ -54,18 +54,10 @@ func (s *sim) bulkRead(n *node) {
 		if s.lose > 0 && s.brnd.Float64() < s.lose {
 			return
 		}
-		s.atGen(s.now+s.bulkLatency(), n, gen, func() {
+		s.atGen(s.now+s.latency(n, s.brnd), n, gen, func() {
 			if !n.partitioned {
 				end(rows, err)
 			}
 		})
 	})
-}
-
-// bulkLatency draws one network leg of a bulk read.
-func (s *sim) bulkLatency() int64 {
-	if s.latMax <= 0 {
-		return 0
-	}
-	return s.brnd.Int64N(s.latMax + 1)
 }

@@ -97,6 +97,9 @@ func (s *sim) startChaos() {
 	s.tracef("phase chaos")
 	s.calm = false
 	s.obl = nil
+	for _, n := range s.nodes {
+		n.leg = 0
+	}
 	s.heal(true)
 }
 
@@ -106,6 +109,13 @@ func (s *sim) startCalm() {
 	// Each leg at most a fifth of the shortest call timeout: every node's
 	// calls complete, as the budgets assume.
 	s.drop, s.lose, s.latMax = 0, 0, s.cmin/5
+	if s.o.SlowCalm {
+		// A round trip of 0.55 to 0.95 of the node's own call timeout.
+		for _, n := range s.nodes {
+			n.leg = int64(n.sc.c) * (550 + s.rnd.Int64N(401)) / 2000
+			s.tracef("n%d store leg %v", n.id, time.Duration(n.leg))
+		}
+	}
 	s.heal(true)
 }
 

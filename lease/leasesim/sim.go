@@ -64,6 +64,15 @@ type Options struct {
 	// BatchHalf each node with probability 1/2, BatchAll every node.
 	// BatchOff (the default) renews per session, as seeds always did.
 	Batch int
+	// SlowCalm gives every node's store path, in each calm phase, a
+	// steady round trip between 0.55 and 0.95 of the node's own
+	// renew_call_timeout: every call completes, but an Acquire's read and
+	// compare-and-swap, which share one renew_call_timeout, do not fit
+	// together, so every takeover's compare-and-swap times out after it
+	// landed. The budgets assume they fit; the liveness limits then allow
+	// the rest of that call and one Acquire more (the read that finds the
+	// landed compare-and-swap ours), see slowCalmExtra.
+	SlowCalm bool
 }
 
 // Values of Options.Batch.
@@ -171,6 +180,9 @@ type node struct {
 	// batched nodes renew every row they own in one batch call per tick
 	// (lease.Renewer); the others renew per session.
 	batched bool
+	// leg, when set, is every network leg of the node's store calls: a
+	// slow calm phase (Options.SlowCalm).
+	leg int64
 }
 
 // local is the node's clock at real instant r: a fixed offset and a rate
@@ -281,6 +293,9 @@ type sim struct {
 	stats      Stats
 	// The largest owner-death and release limits of any probe.
 	odMax, relMax int64
+	// slowExtra is added to every limit with Options.SlowCalm
+	// (slowCalmExtra).
+	slowExtra int64
 }
 
 // ErrNoMutants reports a broken FenceMode asked of a build without
@@ -352,6 +367,13 @@ func (s *sim) setup() error {
 		s.nodes = append(s.nodes, &node{id: i, sc: sc, cfg: cfg})
 		s.stats.Timing += fmt.Sprintf("n%d{L=%v R=%v J=%v C=%v P=%v close=%v fence_after=%v max_renew_fails=%d} ",
 			i, sc.l, sc.r, sc.j, sc.c, sc.p, sc.close, cfg.FenceAfter, cfg.MaxRenewFails)
+	}
+	if s.o.SlowCalm {
+		extra, err := s.slowCalmExtra()
+		if err != nil {
+			return err
+		}
+		s.slowExtra = extra
 	}
 	for _, v := range s.nodes {
 		for _, b := range s.nodes {
@@ -465,7 +487,7 @@ func timingOf(sc scenario, maxFails int) admission.Timing {
 // releases: the owner-death budget with the larger of both lease_ttl
 // values and b's own poll interval and call timeout (A = S = 0), and two
 // of b's poll boundaries and calls after a release; with spread, both plus
-// the takeover deferral.
+// the takeover deferral; with a slow calm phase, both plus slowExtra.
 func (s *sim) budgets(v, b *node) (ownerDeath, release int64, err error) {
 	t := timingOf(b.sc, b.cfg.MaxRenewFails)
 	t.LeaseTTL = max(v.sc.l, b.sc.l)
@@ -480,7 +502,7 @@ func (s *sim) budgets(v, b *node) (ownerDeath, release int64, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	release = int64(2*pb + 2*t.RenewCallTimeout)
+	ownerDeath, release = int64(od.Total), int64(2*pb+2*t.RenewCallTimeout)
 	if s.o.Spread && !s.o.ForgetDeferral {
 		// A handover's other standbys defer too; the drawn taker may be
 		// dead or stuck.
@@ -490,7 +512,29 @@ func (s *sim) budgets(v, b *node) (ownerDeath, release int64, err error) {
 		}
 		release += int64(d)
 	}
-	return int64(od.Total), release, nil
+	return ownerDeath + s.slowExtra, release + s.slowExtra, nil
+}
+
+// slowCalmExtra is what a slow calm phase (Options.SlowCalm) adds to every
+// takeover limit. By the time the quickest standby's takeover is due, the
+// compare-and-swap of some standby w has landed (perhaps w's, not the
+// quickest one's, whose own then conflicts); it times out at the end of
+// w's call, no more than w's renew_call_timeout after it landed, and w's
+// next Acquire, at most a poll boundary and one call later, finds the row
+// its own with that epoch and becomes owner (lease.Core adopts it without
+// writing again). So the limit grows by the largest poll boundary plus two
+// call timeouts of any node. Before that adoption every re-take wrote
+// again and timed out again, and no takeover ever came.
+func (s *sim) slowCalmExtra() (int64, error) {
+	var extra int64
+	for _, w := range s.nodes {
+		pb, err := admission.PollBoundary(w.sc.p)
+		if err != nil {
+			return 0, err
+		}
+		extra = max(extra, int64(pb+2*w.sc.c))
+	}
+	return extra, nil
 }
 
 func (s *sim) tracef(format string, args ...any) {
@@ -651,12 +695,16 @@ func (s *sim) failf(kind, format string, args ...any) {
 	s.tracef("FAIL %s", s.fail.Msg)
 }
 
-// latency draws one network leg.
-func (s *sim) latency() int64 {
+// latency draws one network leg of a call by node n from r: n's steady
+// leg in a slow calm phase, else uniform up to the fleet's latMax.
+func (s *sim) latency(n *node, r *rand.Rand) int64 {
+	if n.leg > 0 {
+		return n.leg
+	}
 	if s.latMax <= 0 {
 		return 0
 	}
-	return s.rnd.Int64N(s.latMax + 1)
+	return r.Int64N(s.latMax + 1)
 }
 
 func timeoutErr(op lease.Op) error {
@@ -688,7 +736,7 @@ func (s *sim) send(m *mgr, op lease.Op) {
 		return
 	}
 	gen, who := n.gen, m.id.Owner
-	s.at(s.now+s.latency(), nil, func() {
+	s.at(s.now+s.latency(n, s.rnd), nil, func() {
 		if m.cut() {
 			return
 		}
@@ -701,7 +749,7 @@ func (s *sim) send(m *mgr, op lease.Op) {
 		if s.lose > 0 && s.rnd.Float64() < s.lose {
 			return
 		}
-		s.atGen(s.now+s.latency(), n, gen, func() {
+		s.atGen(s.now+s.latency(n, s.rnd), n, gen, func() {
 			if m.cut() {
 				return
 			}

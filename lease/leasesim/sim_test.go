@@ -218,3 +218,36 @@ func TestBatchedSeeds(t *testing.T) {
 	}
 	t.Logf("caught: %v", f)
 }
+
+// With every store path's round trip between half and one
+// renew_call_timeout in the calm phases, every takeover's compare-and-swap
+// times out after it landed (the read and it share one
+// renew_call_timeout). The core adopts the landed row at its next Acquire,
+// so every probed takeover still comes within its budget plus that one
+// Acquire; a core that wrote again instead moved the row at every poll,
+// and no takeover came (the lab's drop after a fence). No seed finds two
+// owners either.
+func TestSlowCalmTakeoversLive(t *testing.T) {
+	n := 2000
+	if testing.Short() {
+		n = 300
+	}
+	start := time.Now()
+	f, stats := runSeedsWith(t, n, Options{SlowCalm: true})
+	if f != nil {
+		t.Fatalf("%v\nreplay: Run(Options{Seed: %d, SlowCalm: true})", f, f.Seed)
+	}
+	var takeovers, probes int
+	var od, odLim time.Duration
+	for _, s := range stats {
+		takeovers, probes = takeovers+s.Takeovers, probes+s.Probes
+		if s.OwnerDeathLimit > 0 && float64(s.MaxOwnerDeath)/float64(s.OwnerDeathLimit) > float64(od)/float64(max(odLim, 1)) {
+			od, odLim = s.MaxOwnerDeath, s.OwnerDeathLimit
+		}
+	}
+	t.Logf("%d seeds in %v: %d takeovers, %d liveness probes; worst owner-death takeover %v of limit %v",
+		n, time.Since(start).Round(time.Millisecond), takeovers, probes, od, odLim)
+	if probes == 0 {
+		t.Fatal("no liveness probe ran")
+	}
+}
