@@ -20,7 +20,10 @@ var (
 	// The issue's 10,000 seeds per batching mode take minutes on a shared
 	// machine; the default keeps `go test ./...` short.
 	flagBatchSeeds = flag.Int("batch-seeds", 1000, "seeds per batching mode of TestBatchedSeeds (short mode: 200)")
-	flagMode       = flag.Int("fence-mode", FenceCorrect, "fence mode for TestReplay (other than 0 only with -tags leasemutants): 0 correct, 1 never, 2 response-anchored, 3 no hold, 4 own lease_ttl only")
+	// TestSlowCalmTakeoversLive, per batching mode; like batch-seeds,
+	// short by default.
+	flagSlowSeeds = flag.Int("slow-seeds", 2000, "seeds per batching mode of TestSlowCalmTakeoversLive (short mode: 300)")
+	flagMode      = flag.Int("fence-mode", FenceCorrect, "fence mode for TestReplay (other than 0 only with -tags leasemutants): 0 correct, 1 never, 2 response-anchored, 3 no hold, 4 own lease_ttl only")
 )
 
 // runSeeds runs seeds [0, n) on all CPUs and returns the first failure by
@@ -228,26 +231,33 @@ func TestBatchedSeeds(t *testing.T) {
 // and no takeover came (the lab's drop after a fence). No seed finds two
 // owners either.
 func TestSlowCalmTakeoversLive(t *testing.T) {
-	n := 2000
-	if testing.Short() {
+	n := *flagSlowSeeds
+	if testing.Short() && n == 2000 {
 		n = 300
 	}
-	start := time.Now()
-	f, stats := runSeedsWith(t, n, Options{SlowCalm: true})
-	if f != nil {
-		t.Fatalf("%v\nreplay: Run(Options{Seed: %d, SlowCalm: true})", f, f.Seed)
-	}
-	var takeovers, probes int
-	var od, odLim time.Duration
-	for _, s := range stats {
-		takeovers, probes = takeovers+s.Takeovers, probes+s.Probes
-		if s.OwnerDeathLimit > 0 && float64(s.MaxOwnerDeath)/float64(s.OwnerDeathLimit) > float64(od)/float64(max(odLim, 1)) {
-			od, odLim = s.MaxOwnerDeath, s.OwnerDeathLimit
-		}
-	}
-	t.Logf("%d seeds in %v: %d takeovers, %d liveness probes; worst owner-death takeover %v of limit %v",
-		n, time.Since(start).Round(time.Millisecond), takeovers, probes, od, odLim)
-	if probes == 0 {
-		t.Fatal("no liveness probe ran")
+	for _, mode := range []struct {
+		name  string
+		batch int
+	}{{"PerSession", BatchOff}, {"HalfTheNodesBatched", BatchHalf}} {
+		t.Run(mode.name, func(t *testing.T) {
+			start := time.Now()
+			f, stats := runSeedsWith(t, n, Options{SlowCalm: true, Batch: mode.batch})
+			if f != nil {
+				t.Fatalf("%v\nreplay: Run(Options{Seed: %d, SlowCalm: true, Batch: %d})", f, f.Seed, mode.batch)
+			}
+			var takeovers, probes int
+			var od, odLim time.Duration
+			for _, s := range stats {
+				takeovers, probes = takeovers+s.Takeovers, probes+s.Probes
+				if s.OwnerDeathLimit > 0 && float64(s.MaxOwnerDeath)/float64(s.OwnerDeathLimit) > float64(od)/float64(max(odLim, 1)) {
+					od, odLim = s.MaxOwnerDeath, s.OwnerDeathLimit
+				}
+			}
+			t.Logf("%d seeds in %v: %d takeovers, %d liveness probes; worst owner-death takeover %v of limit %v",
+				n, time.Since(start).Round(time.Millisecond), takeovers, probes, od, odLim)
+			if probes == 0 {
+				t.Fatal("no liveness probe ran")
+			}
+		})
 	}
 }
