@@ -178,9 +178,13 @@ func (run *latencyRun) mdRule(w writef) {
 	for _, f := range run.Profiles {
 		clean, fail := upTo((*latencyStep).landed, f)
 		safe, broke := upTo((*latencyStep).kept, f)
-		w("- %s timing: every renewal landed up to %gx", f.prof.Name, clean)
-		if fail > 0 {
-			w(" (the first failed at %gx)", fail)
+		switch {
+		case clean == 0 && fail > 0:
+			w("- %s timing: a renewal failed already at %gx, the first step", f.prof.Name, fail)
+		case fail > 0:
+			w("- %s timing: every renewal landed up to %gx (the first failed at %gx)", f.prof.Name, clean, fail)
+		default:
+			w("- %s timing: every renewal landed up to %gx", f.prof.Name, clean)
 		}
 		w("; no owner fenced and no session moved up to %gx", safe)
 		if broke > 0 {
@@ -225,11 +229,12 @@ func (run *latencyRun) mdRule(w writef) {
 	}
 }
 
-// mdDown describes the drops after a fence that did not get every session
-// served within the budget, and returns the smallest such factor (0:
-// none).
+// mdDown describes the drops after a fence, says why the ones that got
+// every session served did, and returns the smallest factor at which one
+// did not (0: none).
 func (run *latencyRun) mdDown(w writef) float64 {
 	var worst float64
+	served := false
 	for _, f := range run.Profiles {
 		for _, st := range f.steps {
 			if st.DownFrom == 0 {
@@ -237,6 +242,7 @@ func (run *latencyRun) mdDown(w writef) float64 {
 			}
 			w("\n- %s timing, down to %gx from %gx after a fence: ", f.prof.Name, st.Factor, st.DownFrom)
 			if len(st.Errs) == 0 {
+				served = true
 				w("every session served again, the longest time without service %s (budget %s).\n", fs(st.Idle), fs(f.recoveryBudget()))
 				continue
 			}
@@ -248,6 +254,15 @@ func (run *latencyRun) mdDown(w writef) float64 {
 		}
 	}
 	if worst == 0 {
+		if served {
+			w("\nA node that fenced re-takes its own row once its closing hold is over, with a read and a\n")
+			w("compare-and-swap that share one renew_call_timeout. Where two round trips do not fit, the\n")
+			w("compare-and-swap times out after it landed; the node's next poll reads the row as its own with\n")
+			w("exactly that compare-and-swap's epoch and serves from there without writing again, its fence\n")
+			w("deadline counted from the compare-and-swap's send (`lease/core.go`, adoptLanded). Before that, each\n")
+			w("re-take wrote again and timed out again, the row never stayed unchanged for the healthy standby's\n")
+			w("lease_ttl, and no session was served within its budget.\n")
+		}
 		return 0
 	}
 	w("\nA node that fenced re-takes its own row once its closing hold is over, with a read and a compare-and-swap that\n")

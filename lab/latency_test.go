@@ -43,10 +43,12 @@ var latencyFactors = []float64{0.1, 0.25, 0.5, 0.75, 1, 1.5, 2}
 // stays short; LEASEBRIDGE_LATENCY_FULL=1 (or LEASEBRIDGE_WRITE_DOCS=1)
 // runs latencyFactors on both scopes, both jumps and the drop after a
 // fence. The default leaves out the steps between half and one
-// renew_call_timeout: there a machine's latency spike can fence an owner
-// whose later re-takes of its own row, read and compare-and-swap within
-// one renew_call_timeout, time out after landing (see the drop after a
-// fence on docs/measured-failover.md).
+// renew_call_timeout: there a machine's latency spike can fence an owner,
+// and on every node's path no node can then take over until the round
+// trip is lifted, which makes the default run long and noisy. (A fenced
+// node's re-take whose compare-and-swap times out after landing is
+// adopted at its next poll: the drop after a fence on
+// docs/measured-failover.md.)
 var (
 	defaultOne   = []float64{0.25, 1.5}
 	defaultEvery = []float64{0.25, 1.5}
