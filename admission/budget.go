@@ -69,6 +69,14 @@ type Activation struct {
 	Name  string        `json:"name"`
 	Bound time.Duration `json:"activation_ns"`
 	Close time.Duration `json:"close_ns"`
+	// Entry is the configuration entry the transport was built from
+	// ("brokers.local", "devices.plc"), or the name of a lease-store call
+	// the activation pays; empty means Name.
+	Entry string `json:"entry,omitempty"`
+	// Parts are the keys Bound is made of, when the transport discloses
+	// them (their Count x Each add up to Bound); nil shows Bound as one
+	// opaque part.
+	Parts []Part `json:"parts,omitempty"`
 }
 
 // Inputs are one session's canonical manager inputs.
@@ -115,6 +123,11 @@ func (b Budget) term(name string) time.Duration {
 type Term struct {
 	Name  string        `json:"name"`
 	Value time.Duration `json:"ns"`
+	// Parts are the keys the term is made of (explain.go); nil for a
+	// term without a breakdown, which then shows as itself.
+	Parts []Part `json:"parts,omitempty"`
+	// Note says how a count was reached, when it is computed.
+	Note string `json:"note,omitempty"`
 }
 
 // Report is the outcome of admitting one session.
@@ -225,25 +238,29 @@ func ownerDeath(t Timing, activation, startup time.Duration, spread bool, store 
 	if err != nil {
 		return Budget{}, fmt.Errorf("%w (poll_boundaries)", err)
 	}
+	mjp := MinJitteredPoll(t.AcquirePollInterval)
+	rounds := observationRounds(t)
+	obs := keyed("observation_calls", observationCalls(&c, t), lease("renew_call_timeout", rounds, t.RenewCallTimeout))
+	obs.Note = fmt.Sprintf("%d = 1 + ceil(lease_ttl %s / %s, the shortest jittered poll)", rounds, FormatSeconds(t.LeaseTTL), FormatSeconds(mjp))
 	terms := []Term{
-		{"lease_ttl", t.LeaseTTL},
-		{"poll_boundaries", c.mul("poll_boundaries", pb, 2)},
-		{"observation_calls", observationCalls(&c, t)},
+		keyed("lease_ttl", t.LeaseTTL, lease("lease_ttl", 1, t.LeaseTTL)),
+		keyed("poll_boundaries", c.mul("poll_boundaries", pb, 2), pollParts(t, pb, 2)),
+		obs,
 	}
 	if store != nil {
 		d, err := StoreRecovery(t, *store)
 		if err != nil {
 			return Budget{}, err
 		}
-		terms = append(terms, Term{"store_recovery", d})
+		terms = append(terms, Term{Name: "store_recovery", Value: d})
 	}
-	terms = append(terms, Term{"activation", activation}, Term{"startup_allowance", startup})
+	terms = append(terms, Term{Name: "activation", Value: activation}, keyed("startup_allowance", startup, lease("startup_allowance", 1, startup)))
 	if spread {
 		d, err := TakeoverDeferral(t)
 		if err != nil {
 			return Budget{}, err
 		}
-		terms = append(terms, Term{"takeover_deferral", d})
+		terms = append(terms, keyed("takeover_deferral", d, pollParts(t, pb, 2), lease("renew_call_timeout", 3, t.RenewCallTimeout)))
 	}
 	return total(&c, terms)
 }
@@ -251,7 +268,7 @@ func ownerDeath(t Timing, activation, startup time.Duration, spread bool, store 
 // BrokerPath is the broker-path budget for threshold B:
 // B + R + J/2 + 2*min(5s, G) + G + 2*pb + 4*C + A + S.
 func BrokerPath(t Timing, threshold, activation, startup time.Duration) (Budget, error) {
-	return release(t, Term{"broker_health_step_down", threshold}, true, activation, startup)
+	return release(t, keyed("broker_health_step_down", threshold, lease("broker_health_step_down", 1, threshold)), true, activation, startup)
 }
 
 // DevicePathBudget is the device-path budget for threshold D:
@@ -259,7 +276,7 @@ func BrokerPath(t Timing, threshold, activation, startup time.Duration) (Budget,
 // budget without the settlement grace: the owner releases one session and
 // keeps running, so nothing waits for the process to exit.
 func DevicePathBudget(t Timing, threshold, activation, startup time.Duration) (Budget, error) {
-	return release(t, Term{"device_path_step_down", threshold}, false, activation, startup)
+	return release(t, keyed("device_path_step_down", threshold, lease("device_path_step_down", 1, threshold)), false, activation, startup)
 }
 
 // release is the budget of an owner that releases its row after a path
@@ -272,19 +289,23 @@ func release(t Timing, threshold Term, settle bool, activation, startup time.Dur
 	if err != nil {
 		return Budget{}, fmt.Errorf("%w (standby_polls)", err)
 	}
+	stage := min(MaxStepDownStage, t.StepDownGrace)
 	terms := []Term{
 		threshold,
-		{"detection_round", c.add("detection_round", t.RenewInterval, t.RenewJitter/2)},
-		{"bounded_close_and_release", c.mul("bounded_close_and_release", min(MaxStepDownStage, t.StepDownGrace), 2)},
+		keyed("detection_round", c.add("detection_round", t.RenewInterval, t.RenewJitter/2),
+			lease("renew_interval", 1, t.RenewInterval),
+			derived("lease_renew_jitter", 1, t.RenewJitter/2, "lease_renew_jitter %s / 2", t.RenewJitter)),
+		keyed("bounded_close_and_release", c.mul("bounded_close_and_release", stage, 2),
+			derived("step_down_grace", 2, stage, "min(%s, step_down_grace %s)", MaxStepDownStage, t.StepDownGrace)),
 	}
 	if settle {
-		terms = append(terms, Term{"settlement_grace", t.StepDownGrace})
+		terms = append(terms, keyed("settlement_grace", t.StepDownGrace, lease("step_down_grace", 1, t.StepDownGrace)))
 	}
 	terms = append(terms,
-		Term{"standby_polls", c.mul("standby_polls", pb, 2)},
-		Term{"store_calls", c.mul("store_calls", t.RenewCallTimeout, 4)},
-		Term{"activation", activation},
-		Term{"startup_allowance", startup},
+		keyed("standby_polls", c.mul("standby_polls", pb, 2), pollParts(t, pb, 2)),
+		keyed("store_calls", c.mul("store_calls", t.RenewCallTimeout, 4), lease("renew_call_timeout", 4, t.RenewCallTimeout)),
+		Term{Name: "activation", Value: activation},
+		keyed("startup_allowance", startup, lease("startup_allowance", 1, startup)),
 	)
 	return total(&c, terms)
 }
@@ -327,6 +348,15 @@ func MQTTActivationBound(connect, reconcile, unmatchedGrace time.Duration) (time
 	return d, c.err
 }
 
+// MQTTActivationParts are the keys MQTTActivationBound adds up.
+func MQTTActivationParts(connect, reconcile, unmatchedGrace time.Duration) []Part {
+	return []Part{
+		{Key: "connect_timeout", Count: 3, Each: connect},
+		{Key: "reconcile_timeout", Count: 3, Each: reconcile},
+		{Key: "unmatched_grace", Count: 2, Each: unmatchedGrace},
+	}
+}
+
 // Evaluate computes both budgets of one session and every refusal. It never
 // opens anything; errors in the arithmetic become refusals.
 func Evaluate(in Inputs) Report {
@@ -366,6 +396,9 @@ func Evaluate(in Inputs) Report {
 		}
 	}
 	evaluateDevicePath(&r, in, refuse)
+	explainActivation(&r.OwnerDeath, in.Transports)
+	explainActivation(r.BrokerPath, in.Transports)
+	explainActivation(r.DevicePath, in.Transports)
 	if in.FailoverSLO != nil {
 		checkSLO(&r, in, odErr == nil, refuse)
 	}
@@ -513,6 +546,16 @@ func brokerPathState(b BrokerHealth) string {
 	return "undecided"
 }
 
+// SharePercent is part's share of total in percent, rounded half away
+// from zero to one decimal: the one rounding every report prints, so a
+// refusal's figure and its table agree.
+func SharePercent(part, total time.Duration) float64 {
+	if total <= 0 {
+		return 0
+	}
+	return math.Round(float64(part)*1000/float64(total)) / 10
+}
+
 // dominant names the largest terms of a budget so a refusal says which knob
 // to turn.
 func dominant(b Budget) string {
@@ -523,11 +566,7 @@ func dominant(b Budget) string {
 		if t.Value == 0 {
 			break
 		}
-		pct := 0.0
-		if b.Total > 0 {
-			pct = math.Round(float64(t.Value)/float64(b.Total)*1000) / 10
-		}
-		parts = append(parts, fmt.Sprintf("%s %s = %.1f%%", t.Name, FormatSeconds(t.Value), pct))
+		parts = append(parts, fmt.Sprintf("%s %s = %.1f%%", t.Name, FormatSeconds(t.Value), SharePercent(t.Value, b.Total)))
 	}
 	return "largest terms: " + strings.Join(parts, ", ")
 }

@@ -334,7 +334,7 @@ func TestSpreadAddsTakeoverDeferral(t *testing.T) {
 		t.Fatalf("takeover deferral %s, report %s (off: %s)", d, on.TakeoverDeferral, off.TakeoverDeferral)
 	}
 	last := on.OwnerDeath.Terms[len(on.OwnerDeath.Terms)-1]
-	if on.OwnerDeath.Total != off.OwnerDeath.Total+d || last != (admission.Term{Name: "takeover_deferral", Value: d}) {
+	if on.OwnerDeath.Total != off.OwnerDeath.Total+d || last.Name != "takeover_deferral" || last.Value != d {
 		t.Fatalf("owner death with spread %+v, without %+v", on.OwnerDeath, off.OwnerDeath)
 	}
 	for _, term := range off.OwnerDeath.Terms {

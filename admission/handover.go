@@ -29,10 +29,10 @@ func Handover(t Timing, closeBound, activation time.Duration) (Budget, error) {
 		return Budget{}, fmt.Errorf("%w (standby_pickup)", err)
 	}
 	terms := []Term{
-		{"close", closeBound},
-		{"release", c.mul("release", t.RenewCallTimeout, ReleaseCalls)},
-		{"standby_pickup", c.add("standby_pickup", pb, t.RenewCallTimeout)},
-		{"activation", activation},
+		{Name: "close", Value: closeBound},
+		keyed("release", c.mul("release", t.RenewCallTimeout, ReleaseCalls), lease("renew_call_timeout", ReleaseCalls, t.RenewCallTimeout)),
+		keyed("standby_pickup", c.add("standby_pickup", pb, t.RenewCallTimeout), pollParts(t, pb, 1), lease("renew_call_timeout", 1, t.RenewCallTimeout)),
+		{Name: "activation", Value: activation},
 	}
 	return total(&c, terms)
 }

@@ -51,11 +51,17 @@ func StoreElection(s Store) (time.Duration, error) {
 // observationCalls is (1 + ceil(L/mjp))*C, the owner-death budget's
 // observation_calls term.
 func observationCalls(c *calc, t Timing) time.Duration {
+	return c.mul("observation_calls", t.RenewCallTimeout, observationRounds(t))
+}
+
+// observationRounds is 1 + ceil(L/mjp), the renew_call_timeout count of
+// observation_calls.
+func observationRounds(t Timing) int64 {
 	rounds := int64(1)
 	if t.LeaseTTL > 0 {
 		rounds += ceilDiv(int64(t.LeaseTTL), int64(MinJitteredPoll(t.AcquirePollInterval)))
 	}
-	return c.mul("observation_calls", t.RenewCallTimeout, rounds)
+	return rounds
 }
 
 // StoreRecovery is the owner-death budget's store_recovery term when the

@@ -244,7 +244,7 @@ func admitInProcess(tb testing.TB, path string) {
 		tb.Fatalf("refused: %+v", doc.Sessions)
 	}
 	out := bufio.NewWriter(io.Discard)
-	report.WriteText(out, cfg, sessions, reports)
+	report.WriteText(out, cfg, sessions, reports, nil)
 	if err := out.Flush(); err != nil {
 		tb.Fatal(err)
 	}

@@ -70,7 +70,11 @@ func Build(cfg *routes.Config, needFiles bool) (*Built, routes.Errors) {
 // boundsOf is what a built transport reports of its bounds, under its
 // own name.
 func boundsOf(tr transports.Transport) admission.Activation {
-	return admission.Activation{Name: tr.Name(), Bound: tr.ActivationBound(), Close: tr.CloseBound()}
+	a := admission.Activation{Name: tr.Name(), Bound: tr.ActivationBound(), Close: tr.CloseBound()}
+	if e, ok := tr.(transports.Explained); ok {
+		a.Parts = e.ActivationParts()
+	}
+	return a
 }
 
 // Built is a configuration whose transports Build built, none opened.

@@ -7,7 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
+	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -440,4 +443,41 @@ func (c Credentials) Password() (string, error) {
 		return v, nil
 	}
 	return "", nil
+}
+
+// MissingPasswords lists the passwords (and the kubeconfig) the
+// deployment provides that are missing here: a password_env variable that
+// is not set, a password_file or kubeconfig that cannot be read, each at
+// its key.
+func (c *Config) MissingPasswords() Errors {
+	var out Errors
+	check := func(path string, cr Credentials) {
+		if _, err := cr.Password(); err != nil {
+			key, what := path+".password_file", "password_file "+cr.PasswordFile+" cannot be read"
+			if cr.PasswordEnv != "" {
+				key, what = path+".password_env", "password_env "+cr.PasswordEnv+" is not set"
+			}
+			out = append(out, c.ErrorAt(key, what))
+		}
+	}
+	check("lease_store", c.LeaseStore.Credentials)
+	if k := c.LeaseStore.Kubernetes; k != nil && k.Kubeconfig != "" {
+		if _, err := os.Stat(k.Kubeconfig); err != nil {
+			out = append(out, c.ErrorAt("lease_store.kubernetes.kubeconfig", "kubeconfig "+k.Kubeconfig+" cannot be read"))
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.Brokers)) {
+		if b := c.Brokers[name]; b != nil {
+			check("brokers."+name, b.Credentials)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.Devices)) {
+		if d := c.Devices[name]; d != nil {
+			if dc, ok := d.Credentials(); ok {
+				check("devices."+name, dc)
+			}
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Line < out[j].Line })
+	return out
 }

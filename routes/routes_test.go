@@ -279,9 +279,12 @@ func TestSessionInputsCarryTransportsAndPolicy(t *testing.T) {
 	}
 	s := built(t, cfg).Sessions()[0]
 	want := []admission.Activation{
-		{Name: routes.EndpointClaim, Bound: 3 * time.Second}, // the clustered renew_call_timeout
-		{Name: "modbus_tcp:plc", Bound: 7 * time.Second, Close: time.Second},
-		{Name: "mqtt:local", Bound: 240 * time.Second, Close: time.Second},
+		{Name: routes.EndpointClaim, Entry: routes.EndpointClaim, Bound: 3 * time.Second, // the clustered renew_call_timeout
+			Parts: []admission.Part{{Key: "renew_call_timeout", Count: 1, Each: 3 * time.Second}}},
+		{Name: "modbus_tcp:plc", Entry: "devices.plc", Bound: 7 * time.Second, Close: time.Second,
+			Parts: []admission.Part{{Key: "connect_timeout", Count: 1, Each: 5 * time.Second}, {Key: "request_timeout", Count: 1, Each: 2 * time.Second}}},
+		{Name: "mqtt:local", Entry: "brokers.local", Bound: 240 * time.Second, Close: time.Second,
+			Parts: admission.MQTTActivationParts(30*time.Second, 30*time.Second, 30*time.Second)},
 	}
 	if !reflect.DeepEqual(s.Inputs.Transports, want) {
 		t.Errorf("transports %+v, want %+v", s.Inputs.Transports, want)

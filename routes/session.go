@@ -221,6 +221,7 @@ func (c *Config) unionTransports(views []routeInputs, b Bounds) (out []admission
 			}
 			seen[entry] = true
 			a, ok := b[entry]
+			a.Entry = entry
 			switch {
 			case !ok:
 				unbuilt = append(unbuilt, entry)
@@ -235,7 +236,9 @@ func (c *Config) unionTransports(views []routeInputs, b Bounds) (out []admission
 		// Before opening a device the owner claims its endpoints in the
 		// lease store (failover/claims.go), one call within
 		// renew_call_timeout: part of the activation it pays.
-		claim := admission.Activation{Name: EndpointClaim, Bound: views[0].inputs.Timing.RenewCallTimeout}
+		c := views[0].inputs.Timing.RenewCallTimeout
+		claim := admission.Activation{Name: EndpointClaim, Entry: EndpointClaim, Bound: c,
+			Parts: []admission.Part{{Key: "renew_call_timeout", Count: 1, Each: c}}}
 		devices = append([]admission.Activation{claim}, devices...)
 	}
 	return append(devices, brokers...), unbuilt

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/leasebridge/leasebridge/admission"
 )
 
 // DeviceErrors are a device package's sentinels that Conn and Catalog
@@ -110,6 +112,14 @@ func (k *Conn[C]) Name() string { return k.cfg.Name }
 // and the first request.
 func (k *Conn[C]) ActivationBound() time.Duration {
 	return k.cfg.ConnectTimeout + k.cfg.RequestTimeout
+}
+
+// ActivationParts are the keys ActivationBound is made of.
+func (k *Conn[C]) ActivationParts() []admission.Part {
+	return []admission.Part{
+		{Key: "connect_timeout", Count: 1, Each: k.cfg.ConnectTimeout},
+		{Key: "request_timeout", Count: 1, Each: k.cfg.RequestTimeout},
+	}
 }
 
 // CloseBound is close_timeout; closing does not wait for the device.

@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasebridge/leasebridge/admission"
 	"github.com/leasebridge/leasebridge/routes"
 )
 
@@ -47,6 +48,13 @@ type Transport interface {
 	// State reports whether the transport is converged (connected and fully
 	// set up) and since when.
 	State() State
+}
+
+// Explained is a Transport that discloses the configuration keys its
+// ActivationBound adds up, so admission can say which key to change; each
+// part's Count x Each, summed, is the bound.
+type Explained interface {
+	ActivationParts() []admission.Part
 }
 
 // State is a transport's convergence and the instant it last changed.

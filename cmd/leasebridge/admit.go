@@ -6,12 +6,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"maps"
 	"os"
-	"slices"
-	"sort"
 	"strings"
 
+	"github.com/leasebridge/leasebridge/admission"
 	"github.com/leasebridge/leasebridge/internal/redact"
 	"github.com/leasebridge/leasebridge/internal/report"
 	"github.com/leasebridge/leasebridge/preflight"
@@ -52,7 +50,12 @@ func admit(args []string, stdout, stderr io.Writer) int {
 	sessions := built.Sessions()
 	reports := routes.AdmitSessions(sessions)
 	doc := report.FromReports(cfg, sessions, reports)
-	notes := deploymentInputs(cfg)
+	notes := cfg.MissingPasswords()
+	doc.DeploymentInputs = notes
+	sugg := suggestions(cfg, sessions, reports)
+	for i := range doc.Sessions {
+		doc.Sessions[i].Suggestions = sugg[doc.Sessions[i].Session]
+	}
 	switch *format {
 	case "json":
 		if err := report.WriteJSON(stdout, doc); err != nil {
@@ -62,7 +65,7 @@ func admit(args []string, stdout, stderr io.Writer) int {
 	case "github":
 		writeGitHub(stdout, cfg, doc, notes)
 	default:
-		report.WriteText(stdout, cfg, sessions, reports)
+		report.WriteText(stdout, cfg, sessions, reports, sugg)
 		for _, w := range doc.Warnings {
 			fmt.Fprintf(stdout, "warning: %v\n", w)
 		}
@@ -80,6 +83,49 @@ func admit(args []string, stdout, stderr io.Writer) int {
 		return exitRefused
 	}
 	return exitOK
+}
+
+// suggestions finds, for each session refused only for its objective,
+// the changes that admit it (routes.Config.Suggest), each evaluated by
+// admitting the changed text as this command does.
+func suggestions(cfg *routes.Config, sessions []routes.Session, reports []admission.Report) map[string][]routes.Suggestion {
+	out := map[string][]routes.Suggestion{}
+	var data []byte
+	for i, r := range reports {
+		if r.Admitted() || r.FailoverSLO == nil {
+			continue
+		}
+		if data == nil {
+			var err error
+			if data, err = os.ReadFile(cfg.File); err != nil {
+				return out
+			}
+		}
+		if s := cfg.Suggest(data, sessions[i], r, evaluator(cfg.File)); len(s) > 0 {
+			out[r.Session] = s
+		}
+	}
+	return out
+}
+
+// evaluator admits a configuration's text under file's name.
+func evaluator(file string) routes.Evaluator {
+	return func(data []byte) (map[string]admission.Report, error) {
+		cfg, err := routes.Parse(file, data)
+		if err != nil {
+			return nil, err
+		}
+		built, errs := preflight.Build(cfg, false)
+		if len(errs) > 0 {
+			return nil, errs
+		}
+		sessions := built.Sessions()
+		out := make(map[string]admission.Report, len(sessions))
+		for i, r := range routes.AdmitSessions(sessions) {
+			out[sessions[i].Name] = r
+		}
+		return out, nil
+	}
 }
 
 // invalid prints an invalid or unreadable configuration in format.
@@ -145,7 +191,7 @@ func load(file string, needFiles bool) (*routes.Config, *preflight.Built, routes
 	if needFiles {
 		// Preflight reads the brokers' passwords as it builds them; the
 		// lease store's and the devices' are read at connect time.
-		for _, e := range deploymentInputs(cfg) {
+		for _, e := range cfg.MissingPasswords() {
 			if !strings.HasPrefix(e.Path, "brokers.") {
 				errs = append(errs, e)
 			}
@@ -174,40 +220,4 @@ func redactErrors(errs routes.Errors) routes.Errors {
 		e.Message = redact.Text(e.Message)
 	}
 	return errs
-}
-
-// deploymentInputs lists the passwords the deployment provides that are
-// missing here: a password_env variable that is not set or a password_file
-// that cannot be read, each at its key.
-func deploymentInputs(cfg *routes.Config) routes.Errors {
-	var out routes.Errors
-	check := func(path string, c routes.Credentials) {
-		if _, err := c.Password(); err != nil {
-			key, what := path+".password_file", "password_file "+c.PasswordFile+" cannot be read"
-			if c.PasswordEnv != "" {
-				key, what = path+".password_env", "password_env "+c.PasswordEnv+" is not set"
-			}
-			out = append(out, cfg.ErrorAt(key, what))
-		}
-	}
-	check("lease_store", cfg.LeaseStore.Credentials)
-	if k := cfg.LeaseStore.Kubernetes; k != nil && k.Kubeconfig != "" {
-		if _, err := os.Stat(k.Kubeconfig); err != nil {
-			out = append(out, cfg.ErrorAt("lease_store.kubernetes.kubeconfig", "kubeconfig "+k.Kubeconfig+" cannot be read"))
-		}
-	}
-	for _, name := range slices.Sorted(maps.Keys(cfg.Brokers)) {
-		if b := cfg.Brokers[name]; b != nil {
-			check("brokers."+name, b.Credentials)
-		}
-	}
-	for _, name := range slices.Sorted(maps.Keys(cfg.Devices)) {
-		if d := cfg.Devices[name]; d != nil {
-			if cr, ok := d.Credentials(); ok {
-				check("devices."+name, cr)
-			}
-		}
-	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].Line < out[j].Line })
-	return out
 }

@@ -182,7 +182,7 @@ func admitPage() ([]byte, error) {
 	}
 	return execute(admitJSONTmpl, map[string]any{
 		"ExitAdmitted": exitcode.Admitted, "ExitRefused": exitcode.Refused, "ExitInvalid": exitcode.Invalid,
-		"Example": example, "SchemaVersion": report.SchemaVersion,
+		"Example": example, "SchemaVersion": report.SchemaVersion, "MaxSuggestKiB": routes.MaxSuggestBytes >> 10,
 		"MaxProblems": routes.MaxProblems, "MaxMessage": routes.MaxMessage,
 	})
 }
@@ -279,6 +279,7 @@ func admitExample() (string, error) {
 	}
 	sessions := built.Sessions()
 	doc := report.FromReports(cfg, sessions, routes.AdmitSessions(sessions))
+	doc.DeploymentInputs = cfg.MissingPasswords()
 	// The binary's own version varies by build; the page shows a release's.
 	doc.LeasebridgeVersion = exampleVersion
 	var b bytes.Buffer

@@ -38,6 +38,10 @@ type Admission struct {
 	// Warnings are settings that are valid but weaker than they look (an
 	// even number of lease store members); absent when there are none.
 	Warnings []*routes.FieldError `json:"warnings,omitempty"`
+	// DeploymentInputs are the passwords the deployment provides that are
+	// missing here (a password_env not set, a password_file not
+	// readable): admit notes them, run requires them.
+	DeploymentInputs routes.Errors `json:"deployment_inputs"`
 }
 
 // Session is one session's admission outcome in JSON.
@@ -53,6 +57,7 @@ type Session struct {
 	DevicePathCooldown *int64                      `json:"device_path_cooldown_ns"`
 	FailoverSLONS      *int64                      `json:"failover_slo_ns"`
 	Terms              map[string]map[string]int64 `json:"terms"`
+	Breakdown          map[string][]admission.Term `json:"breakdown"`
 	Timing             admission.Timing            `json:"timing"`
 	ActivationNS       int64                       `json:"activation_ns"`
 	CloseBoundNS       int64                       `json:"close_bound_ns"`
@@ -60,6 +65,9 @@ type Session struct {
 	StoreElectionNS    *int64                      `json:"store_election_ns"`
 	Refusals           []string                    `json:"refusals"`
 	Warnings           []string                    `json:"warnings"`
+	// Suggestions are the changes after which a session refused for its
+	// failover_slo is admitted, each checked by admitting the changed file.
+	Suggestions []routes.Suggestion `json:"suggestions,omitempty"`
 }
 
 func ns(d time.Duration) *int64 {
@@ -78,7 +86,7 @@ func termMap(b admission.Budget) map[string]int64 {
 // FromReports builds the JSON document for an admitted or refused file.
 func FromReports(cfg *routes.Config, sessions []routes.Session, reports []admission.Report) Admission {
 	a := Admission{SchemaVersion: SchemaVersion, LeasebridgeVersion: buildinfo.Read().Version, Admitted: true, File: cfg.File, DeploymentMode: string(cfg.DeploymentMode), Errors: []*routes.FieldError{},
-		Warnings: cfg.StoreWarnings()}
+		Warnings: cfg.StoreWarnings(), DeploymentInputs: routes.Errors{}}
 	for i, r := range reports {
 		s := Session{
 			Session:            r.Session,
@@ -87,6 +95,7 @@ func FromReports(cfg *routes.Config, sessions []routes.Session, reports []admiss
 			BrokerPathFailover: r.BrokerPathFailover,
 			DevicePathFailover: r.DevicePathFailover,
 			Terms:              map[string]map[string]int64{},
+			Breakdown:          map[string][]admission.Term{},
 			Timing:             r.Timing,
 			ActivationNS:       int64(r.Activation),
 			CloseBoundNS:       int64(r.CloseBound),
@@ -100,15 +109,18 @@ func FromReports(cfg *routes.Config, sessions []routes.Session, reports []admiss
 		if len(r.OwnerDeath.Terms) > 0 {
 			s.OwnerDeathNS = ns(r.OwnerDeath.Total)
 			s.Terms["owner_death"] = termMap(r.OwnerDeath)
+			s.Breakdown["owner_death"] = r.OwnerDeath.Terms
 		}
 		if r.BrokerPath != nil {
 			s.BrokerPathNS = ns(r.BrokerPath.Total)
 			s.Terms["broker_path"] = termMap(*r.BrokerPath)
+			s.Breakdown["broker_path"] = r.BrokerPath.Terms
 		}
 		if r.DevicePath != nil {
 			s.DevicePathNS = ns(r.DevicePath.Total)
 			s.DevicePathCooldown = ns(r.DevicePathCooldown)
 			s.Terms["device_path"] = termMap(*r.DevicePath)
+			s.Breakdown["device_path"] = r.DevicePath.Terms
 		}
 		if r.FailoverSLO != nil {
 			s.FailoverSLONS = ns(*r.FailoverSLO)
@@ -125,7 +137,7 @@ func FromReports(cfg *routes.Config, sessions []routes.Session, reports []admiss
 func Invalid(file string, errs routes.Errors) Admission {
 	shown, more := errs.Shown()
 	return Admission{SchemaVersion: SchemaVersion, LeasebridgeVersion: buildinfo.Read().Version, File: file, Sessions: []Session{},
-		Errors: shown, ErrorsNotListed: more}
+		Errors: shown, ErrorsNotListed: more, DeploymentInputs: routes.Errors{}}
 }
 
 // WriteJSON prints the document indented, with a trailing newline.
@@ -138,7 +150,7 @@ func WriteJSON(w io.Writer, a Admission) error {
 // WriteText prints an admission result for an operator: per session the
 // verdict, the resolved cadence with where each value came from, and every
 // term of both budgets so the dominant one is visible.
-func WriteText(w io.Writer, cfg *routes.Config, sessions []routes.Session, reports []admission.Report) {
+func WriteText(w io.Writer, cfg *routes.Config, sessions []routes.Session, reports []admission.Report, suggestions map[string][]routes.Suggestion) {
 	fs := admission.FormatSeconds
 	admitted := 0
 	fmt.Fprintf(w, "%s: deployment_mode %s, lease store %s, %d session(s)\n", cfg.File, cfg.DeploymentMode, cfg.StoreBackend(), len(reports))
@@ -152,6 +164,7 @@ func WriteText(w io.Writer, cfg *routes.Config, sessions []routes.Session, repor
 		for _, ref := range r.Refusals {
 			fmt.Fprintf(w, "  refused: %s\n", ref)
 		}
+		WriteSuggestions(w, r, suggestions[r.Session])
 		if len(r.OwnerDeath.Terms) == 0 {
 			continue
 		}
@@ -206,6 +219,38 @@ func writeStore(w io.Writer, r admission.Report) {
 	}
 }
 
+// WriteSuggestions prints the changes that would admit a session refused
+// for its objective: each single key, else the fewest keys together, and
+// the objective raised.
+func WriteSuggestions(w io.Writer, r admission.Report, sugg []routes.Suggestion) {
+	if len(sugg) == 0 || r.FailoverSLO == nil {
+		return
+	}
+	fs := admission.FormatSeconds
+	slo := fs(*r.FailoverSLO)
+	single := sugg[0].Kind == routes.SuggestKey
+	if single {
+		fmt.Fprintf(w, "  fits failover_slo %s with any one of these changes (each checked by admitting the changed file):\n", slo)
+	} else {
+		fmt.Fprintf(w, "  no single key fits failover_slo %s.\n", slo)
+	}
+	for _, s := range sugg {
+		switch s.Kind {
+		case routes.SuggestKeys:
+			fmt.Fprintf(w, "  these %d keys together fit it (budget %s, checked by admitting the changed file):\n", len(s.Changes), fs(time.Duration(s.BudgetNS)))
+		case routes.SuggestObjective:
+			fmt.Fprintf(w, "  or raise the objective to the budget:\n")
+		}
+		for _, c := range s.Changes {
+			if s.Kind == routes.SuggestKey {
+				fmt.Fprintf(w, "    %s (budget %s)\n", c, fs(time.Duration(s.BudgetNS)))
+				continue
+			}
+			fmt.Fprintf(w, "    %s\n", c)
+		}
+	}
+}
+
 // WriteTiming prints a resolved cadence, one value per line with its origin.
 func WriteTiming(w io.Writer, indent string, t admission.Timing) {
 	fs := admission.FormatSeconds
@@ -225,14 +270,58 @@ func writeBudget(w io.Writer, title string, b admission.Budget) {
 	fs := admission.FormatSeconds
 	fmt.Fprintf(w, "  %s: %s\n", title, fs(b.Total))
 	rows := make([][]string, 0, len(b.Terms))
+	var entries []admission.Term
 	for _, t := range b.Terms {
-		pct := 0.0
-		if b.Total > 0 {
-			pct = float64(t.Value) * 100 / float64(b.Total)
+		why, byEntry := explain(t)
+		if byEntry {
+			entries = append(entries, t)
 		}
-		rows = append(rows, []string{"    " + t.Name, fs(t.Value), fmt.Sprintf("%5.1f%%", pct), ""})
+		rows = append(rows, []string{"    " + t.Name, fs(t.Value), Share(t.Value, b.Total), why})
 	}
 	columns(w, rows, true)
+	for _, t := range entries {
+		fmt.Fprintf(w, "    %s by entry:\n", t.Name)
+		for _, g := range t.Groups() {
+			fmt.Fprintf(w, "      %s\n", g.Explain())
+		}
+	}
+}
+
+// Share is part's share of total as the text report prints it
+// ("72.2%"), rounded once, so a refusal and the table agree.
+func Share(part, total time.Duration) string {
+	return fmt.Sprintf("%5.1f%%", admission.SharePercent(part, total))
+}
+
+// explain is the text after a term's share: what its keys make of it,
+// or, for a term made of several entries (activation), each entry's
+// total, whose keys byEntry says to list below the table. A term that is
+// one key at its own value needs no words.
+func explain(t admission.Term) (why string, byEntry bool) {
+	groups := t.Groups()
+	switch {
+	case len(groups) == 0:
+		return "", false
+	case len(groups) > 1 || groups[0].Entry != "":
+		sums := make([]string, len(groups))
+		for i, g := range groups {
+			sums[i] = g.Entry + " " + admission.FormatSeconds(g.Total)
+		}
+		return "  = " + strings.Join(sums, " + "), true
+	}
+	p := groups[0].Parts
+	if len(p) == 1 && p[0].Count == 1 && p[0].Of == "" && p[0].Key == t.Name {
+		return "", false
+	}
+	parts := make([]string, len(p))
+	for i, x := range p {
+		parts[i] = x.String()
+	}
+	why = "  = " + strings.Join(parts, " + ")
+	if t.Note != "" {
+		why += "; " + t.Note
+	}
+	return why, false
 }
 
 // columns writes one aligned block as text/tabwriter does with padding 2

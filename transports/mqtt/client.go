@@ -33,6 +33,7 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 	"github.com/eclipse/paho.mqtt.golang/packets"
 
+	"github.com/leasebridge/leasebridge/admission"
 	"github.com/leasebridge/leasebridge/transports"
 )
 
@@ -146,6 +147,11 @@ func (c *Client) URL() string { return c.s.url.String() }
 // ActivationBound is 3*connect + 3*reconcile + 2*unmatched_grace, computed
 // by admission.MQTTActivationBound.
 func (c *Client) ActivationBound() time.Duration { return c.s.bound }
+
+// ActivationParts are the keys ActivationBound is made of.
+func (c *Client) ActivationParts() []admission.Part {
+	return admission.MQTTActivationParts(c.s.connect, c.s.reconcile, c.s.grace)
+}
 
 // CloseBound is close_timeout.
 func (c *Client) CloseBound() time.Duration { return c.s.close }
