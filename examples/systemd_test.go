@@ -139,6 +139,11 @@ func TestSystemdUnitSecurity(t *testing.T) {
 			t.Errorf("%s lacks %q", unitFile, want)
 		}
 	}
+	raw, err := os.ReadFile(unitFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRestartDocs(t, raw)
 	// PrivateDevices=yes would hide the serial ports DeviceAllow opens.
 	if have["PrivateDevices=yes"] {
 		t.Errorf("%s sets PrivateDevices=yes: Modbus RTU needs /dev/tty*", unitFile)
@@ -176,5 +181,41 @@ func TestStoreUnit(t *testing.T) {
 	// names the same user so both own StateDirectory.
 	if filepath.Base(unitFile) != "leasebridge.service" {
 		t.Errorf("the bridge unit is %s, not leasebridge.service: User=leasebridge no longer shares its user", unitFile)
+	}
+}
+
+// checkRestartDocs checks that docs/operations.md's exit table says of
+// every status the unit does not restart on that systemd does not
+// restart it, and never that a restart retries.
+func checkRestartDocs(t *testing.T, unit []byte) {
+	t.Helper()
+	page, err := os.ReadFile("../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prevent []string
+	for _, l := range strings.Split(string(unit), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "RestartPreventExitStatus="); ok {
+			prevent = append(prevent, strings.Fields(v)...)
+		}
+	}
+	if len(prevent) == 0 {
+		t.Fatal("the unit has no RestartPreventExitStatus")
+	}
+	for _, status := range prevent {
+		row := ""
+		for _, l := range strings.Split(string(page), "\n") {
+			if strings.HasPrefix(l, "| "+status+" |") {
+				row = l
+			}
+		}
+		switch {
+		case row == "":
+			t.Errorf("docs/operations.md has no exit-table row for %s", status)
+		case strings.Contains(row, "a restart retries"):
+			t.Errorf("docs/operations.md says a restart retries exit %s, which the unit does not restart: %s", status, row)
+		case status != "2" && !strings.Contains(row, "systemd unit does not restart"):
+			t.Errorf("docs/operations.md's row for exit %s does not say the systemd unit does not restart it: %s", status, row)
+		}
 	}
 }

@@ -45,7 +45,9 @@ var Statuses = []Status{
 		"(`lease release failed` per session, then `stopped: lease releases failed`: standbys take over after `lease_ttl`); " +
 		"or the embedded store cannot run (its `data_dir` is locked by another process, the disk is full); " +
 		"or the lease store is unreachable at start-up when it needs authentication",
-		"read the `ERROR` line; `leasebridge admit -c FILE` shows the budgets; a restart retries"},
+		"read the `ERROR` line; `leasebridge admit -c FILE` shows the budgets; fix the cause, then restart it: " +
+			"Kubernetes restarts the pod, but the shipped systemd unit does not restart on 1 (`RestartPreventExitStatus=1 2`), " +
+			"since a refused file would only be refused again"},
 	{Invalid, "invalid configuration or command line, including a lease store that refuses the configured credentials at start-up",
 		"fix the file at the reported `file:line:column`, or the credentials"},
 	{StepDown, "broker-path step-down: the broker path stayed not converged for `broker_health_step_down`; every lease was released " +
