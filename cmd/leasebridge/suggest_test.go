@@ -164,3 +164,30 @@ func applyByHand(t *testing.T, text []byte, c routes.Change) []byte {
 	lines = append(lines[:i+1], append([]string{added}, lines[i+1:]...)...)
 	return []byte(strings.Join(lines, "\n"))
 }
+
+// TestAdmitJSONCarriesPasswordNotes: the text and github formats print
+// the passwords the deployment provides that are missing here; JSON
+// once left them out.
+func TestAdmitJSONCarriesPasswordNotes(t *testing.T) {
+	t.Setenv("LEASEBRIDGE_ETCD_PASSWORD", "")
+	os.Unsetenv("LEASEBRIDGE_ETCD_PASSWORD")
+	var out, errb strings.Builder
+	if code := admit([]string{"--json", "-c", "../../examples/clustered-sidecar.yaml"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var doc report.Admission
+	if err := json.Unmarshal([]byte(out.String()), &doc); err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for _, e := range doc.DeploymentInputs {
+		paths = append(paths, e.Path)
+		if e.Line == 0 {
+			t.Errorf("note %s has no line", e.Path)
+		}
+	}
+	want := []string{"lease_store.password_env", "brokers.cloud.password_file"}
+	if !slices.Equal(paths, want) {
+		t.Errorf("deployment_inputs %v, want %v", paths, want)
+	}
+}

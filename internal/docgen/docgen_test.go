@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -54,4 +55,55 @@ func TestStatusJSONFieldsDocumented(t *testing.T) {
 		}
 	}
 	walk(doc)
+}
+
+// TestNoSentenceRepeated fails when a generated page says the same
+// sentence twice (admit-json.md once described its JSON shape twice,
+// one copy out of date): prose outside tables and code, sentences of 40
+// characters or more.
+func TestNoSentenceRepeated(t *testing.T) {
+	pages, err := render()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, page := range pages {
+		if d := repeatedSentence(string(page)); d != "" {
+			t.Errorf("docs/%s repeats %q", name, d)
+		}
+	}
+}
+
+var (
+	codeBlock = regexp.MustCompile("(?s)```.*?```")
+	sentence  = regexp.MustCompile(`[^.!?]+[.!?]`)
+)
+
+// repeatedSentence is the first sentence page says twice, or "".
+func repeatedSentence(page string) string {
+	var prose []string
+	for _, l := range strings.Split(codeBlock.ReplaceAllString(page, ""), "\n") {
+		if !strings.HasPrefix(l, "|") {
+			prose = append(prose, l)
+		}
+	}
+	seen := map[string]bool{}
+	for _, s := range sentence.FindAllString(strings.Join(strings.Fields(strings.Join(prose, " ")), " "), -1) {
+		s = strings.TrimSpace(s)
+		if len(s) < 40 {
+			continue
+		}
+		if seen[s] {
+			return s
+		}
+		seen[s] = true
+	}
+	return ""
+}
+
+func TestRepeatedSentenceFound(t *testing.T) {
+	old := "With `--json` one object is printed. Its shape is stable: fields are added, never renamed or removed.\n" +
+		"With `--format json` one object is printed. Its shape is stable: fields are added, never renamed or removed.\n"
+	if repeatedSentence(old) == "" {
+		t.Error("the old admit-json.md paragraph pair is not caught")
+	}
 }

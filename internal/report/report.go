@@ -9,7 +9,6 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 	"unicode/utf8"
 
@@ -400,16 +399,16 @@ func WriteProfile(w io.Writer, p Profile) {
 	WriteTiming(w, "  ", p.Timing)
 	fmt.Fprintln(w)
 	writeBudget(w, "owner-death budget", p.OwnerDeath)
-	fmt.Fprintf(w, "  broker-path budget: broker_health_step_down + %s\n", fs(p.BrokerPathBase))
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(w, "  broker-path budget: broker_health_step_down + %s, where broker_health_step_down is the threshold the file sets\n", fs(p.BrokerPathBase))
+	var rows [][]string
 	for _, t := range p.BrokerPath.Terms {
 		if t.Name == "broker_health_step_down" {
-			fmt.Fprintf(tw, "    %s\t%s\t\n", t.Name, "B")
 			continue
 		}
-		fmt.Fprintf(tw, "    %s\t%s\t\n", t.Name, fs(t.Value))
+		why, _ := explain(t)
+		rows = append(rows, []string{"    " + t.Name, fs(t.Value), why})
 	}
-	tw.Flush()
+	columns(w, rows, true)
 }
 
 // ProfileTable renders the shipped profiles (modes, or every one when
