@@ -30,7 +30,8 @@ type Config struct {
 	// data_dir/etcd, locked by data_dir/etcd.lock; docs/operations.md gives
 	// the disk it needs) and the persistent OPC UA client certificate.
 	DataDir string `yaml:"data_dir"`
-	// HTTPListen is the address of /metrics, /healthz, /readyz and /sessions.
+	// HTTPListen is the address of /metrics, /healthz, /readyz, /sessions
+	// and /fleet.
 	HTTPListen string `yaml:"http_listen"`
 	// Spread, when true, makes this node ask for its fair share of the
 	// sessions (ceil(sessions / live nodes)) through planned handovers,
@@ -60,7 +61,7 @@ type Config struct {
 // LeaseStore is the etcd cluster holding one lease row per session.
 type LeaseStore struct {
 	// Endpoints of the etcd cluster; empty on a standalone node means the
-	// embedded single-member store in DataDir.
+	// embedded single-member store in data_dir.
 	Endpoints []string `yaml:"endpoints"`
 	// KeyPrefix is prepended to each session id to form its lease key.
 	// It names a fleet: the nodes sharing it compete for the same rows,
@@ -138,7 +139,7 @@ type TLS struct {
 	// CAFile holds the PEM certificates the server is verified against;
 	// empty means the system roots.
 	CAFile string `yaml:"ca_file"`
-	// CertFile and KeyFile are the client certificate and key, for mutual TLS.
+	// CertFile is the client certificate, for mutual TLS (with key_file).
 	CertFile string `yaml:"cert_file"`
 	// KeyFile is the client certificate's private key.
 	KeyFile string `yaml:"key_file"`
@@ -148,7 +149,7 @@ type TLS struct {
 	InsecureSkipVerify bool `yaml:"insecure_skip_verify"`
 }
 
-// Manager is the set of manager inputs; a nil field is not pinned.
+// Manager is the set of manager inputs; a key left out is not pinned.
 type Manager struct {
 	// LeaseTTL is how long a standby must see the same row revision before
 	// it takes the row over.
@@ -371,11 +372,10 @@ type Route struct {
 
 // TopicMap maps topics across a bridge route.
 type TopicMap struct {
-	// From is a filter on the source broker; To is the target prefix or
-	// topic. Direction is in (remote -> local, default) or out.
+	// From is a topic filter on the source broker.
 	From string `yaml:"from"`
-	// To replaces the part of the topic before From's first wildcard
-	// (site/# with to v/ maps site/a/b to v/a/b); for a From without
+	// To replaces the part of the topic before the first wildcard of from
+	// (site/# with to v/ maps site/a/b to v/a/b); for a from without
 	// wildcards it is the target topic; empty keeps the topic.
 	To string `yaml:"to"`
 	// Direction is in (remote to local) or out (local to remote).

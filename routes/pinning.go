@@ -17,7 +17,7 @@ type Pin struct {
 	// PreferredNode, when set, is the node the session runs on while it
 	// is up: while another node owns the session, the preferred node asks
 	// for a planned handover to itself (one session at a time). It must
-	// be one of Nodes when Nodes is set.
+	// be one of nodes when nodes is set.
 	PreferredNode string `yaml:"preferred_node"`
 }
 

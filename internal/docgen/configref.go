@@ -76,6 +76,17 @@ func packageDocs(dir, importPath string) (map[string]string, map[string]string, 
 	return fields, types, nil
 }
 
+// withoutTypeName drops the Go type name a type's doc comment starts
+// with ("LeaseStore is the etcd cluster ..."): the page's readers know
+// the YAML keys, and the section title already names the block.
+func withoutTypeName(doc, name string) string {
+	rest, ok := strings.CutPrefix(doc, name+" is ")
+	if !ok || rest == "" {
+		return doc
+	}
+	return strings.ToUpper(rest[:1]) + rest[1:]
+}
+
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 var (
@@ -133,7 +144,7 @@ func configReference() (string, error) {
 		seen[s.t] = true
 		fmt.Fprintf(&b, "## %s\n\n", s.title)
 		if d := types[s.t.Name()]; d != "" {
-			fmt.Fprintf(&b, "%s\n\n", d)
+			fmt.Fprintf(&b, "%s\n\n", withoutTypeName(d, s.t.Name()))
 		}
 		queue = append(queue, table(&b, s, fields, defaults)...)
 	}
@@ -176,6 +187,8 @@ func table(b *strings.Builder, s section, fields, defaults map[string]string) []
 			desc := fields[owner+"."+f.Name]
 			if rest, ok := strings.CutPrefix(desc, f.Name+" "); ok {
 				desc = "`" + name + "` " + rest
+			} else if rest, ok := strings.CutPrefix(desc, f.Name+", "); ok {
+				desc = "`" + name + "`, " + rest
 			}
 			fmt.Fprintf(b, "| `%s` | %s | %s | %s |\n", name, typeName(f.Type), def, strings.ReplaceAll(desc, "|", "\\|"))
 			inner := f.Type

@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/leasebridge/leasebridge/routes"
 )
 
 // TestDocsUpToDate fails when a generated page was edited by hand or the
@@ -105,5 +108,63 @@ func TestRepeatedSentenceFound(t *testing.T) {
 		"With `--format json` one object is printed. Its shape is stable: fields are added, never renamed or removed.\n"
 	if repeatedSentence(old) == "" {
 		t.Error("the old admit-json.md paragraph pair is not caught")
+	}
+}
+
+// TestConfigurationNamesNoGoFields: configuration.md is generated from
+// the config types' doc comments, and a comment naming a Go field
+// ("PreferredNode, when set", "KeyFile", "To is") leaked that name to a
+// page whose readers know only the YAML keys.
+func TestConfigurationNamesNoGoFields(t *testing.T) {
+	pages, err := render()
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := string(pages["configuration.md"])
+	names := map[string]bool{}
+	var walk func(reflect.Type)
+	walk = func(ty reflect.Type) {
+		for ty.Kind() == reflect.Pointer || ty.Kind() == reflect.Slice || ty.Kind() == reflect.Map {
+			ty = ty.Elem()
+		}
+		if ty.Kind() != reflect.Struct || names[ty.Name()] {
+			return
+		}
+		names[ty.Name()] = true
+		for i := range ty.NumField() {
+			f := ty.Field(i)
+			key := strings.Split(f.Tag.Get("yaml"), ",")[0]
+			// A name that differs from its key is a leak wherever it
+			// stands mid-sentence; one that is its key capitalized
+			// ("Spread", "To") where a comment made it a subject.
+			mid := regexp.MustCompile(`[^.|]\s+` + f.Name + `\b`)
+			subject := regexp.MustCompile(`\b` + f.Name + `(, when| is| are)\b`)
+			if key != "" && key != "-" && ((!strings.EqualFold(key, f.Name) && mid.MatchString(page)) || subject.MatchString(page)) {
+				t.Errorf("configuration.md names the Go field %s (key %s)", f.Name, key)
+			}
+			walk(f.Type)
+		}
+	}
+	walk(reflect.TypeOf(routes.Config{}))
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listen, run string
+	for _, l := range strings.Split(page, "\n") {
+		if strings.HasPrefix(l, "| `http_listen` |") {
+			listen = l
+		}
+	}
+	for _, l := range strings.Split(string(readme), "\n") {
+		if strings.HasPrefix(l, "| `leasebridge run ") {
+			run = l
+		}
+	}
+	// Every path `run` serves on http_listen.
+	for _, path := range []string{"/metrics", "/healthz", "/readyz", "/sessions", "/fleet"} {
+		if !strings.Contains(listen, path) || !strings.Contains(run, path) {
+			t.Errorf("%s is missing from configuration.md's http_listen row or README's run row", path)
+		}
 	}
 }
