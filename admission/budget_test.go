@@ -304,6 +304,9 @@ func TestOverflowIsRefusedNamingTheTerm(t *testing.T) {
 func TestFormatSeconds(t *testing.T) {
 	for d, want := range map[time.Duration]string{
 		0: "0s", 1097500 * time.Millisecond: "1097.5s", 75555555555: "75.555555555s", -1500 * time.Millisecond: "-1.5s", 1: "0.000000001s",
+		// Finer than a millisecond: all nine decimals, so the standalone
+		// profile's derived renew_interval and jitter show even digits.
+		18888888890: "18.888888890s", 45 * time.Millisecond: "0.045s", 1500 * time.Microsecond: "0.001500000s",
 		math.MinInt64: "-9223372036.854775808s",
 	} {
 		if got := admission.FormatSeconds(d); got != want {

@@ -86,9 +86,11 @@ func MinJitteredPoll(p time.Duration) time.Duration {
 	return max(time.Millisecond, p-(p/2)/2)
 }
 
-// FormatSeconds prints d in seconds with every significant digit and no
-// trailing zeros ("1097.5s", "75.555555555s"), the form refusals use so the
-// numbers in a message can be recomputed exactly.
+// FormatSeconds prints d in seconds exactly, the form refusals use so the
+// numbers in a message can be recomputed: a whole number of milliseconds
+// without trailing zeros ("1097.5s", "0.045s"), anything finer with all
+// nine decimals ("75.555555555s", "18.888888890s"), so that two derived
+// values side by side show the same digits.
 func FormatSeconds(d time.Duration) string {
 	neg := d < 0
 	u := uint64(d)
@@ -96,7 +98,9 @@ func FormatSeconds(d time.Duration) string {
 		u = -u
 	}
 	s := strconv.FormatUint(u/1e9, 10)
-	if frac := u % 1e9; frac != 0 {
+	if frac := u % 1e9; frac%1e6 != 0 {
+		s += fmt.Sprintf(".%09d", frac)
+	} else if frac != 0 {
 		s += "." + strings.TrimRight(fmt.Sprintf("%09d", frac), "0")
 	}
 	if neg {
