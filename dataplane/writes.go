@@ -251,19 +251,33 @@ func (w *writer) fresh(req writeReq, now time.Time) *WriteReply {
 	maxAge, skew := w.route.MaxAge.D(), w.route.ClockSkew.D()
 	switch {
 	case -age > skew:
-		rep := w.reply(req, WriteClockSkew, fmt.Sprintf("issued_at is %s ahead of this bridge's clock, more than clock_skew %s", -age, skew))
+		rep := w.reply(req, WriteClockSkew, fmt.Sprintf("issued_at is %s ahead of this bridge's clock, more than clock_skew %s", readableAge(-age), skew))
 		rep.AgeMS, rep.LimitMS = ms(age), ms(skew)
 		return rep
 	case age > maxAge:
-		rep := w.reply(req, WriteStale, fmt.Sprintf("issued %s ago, more than max_age %s", age, maxAge))
+		rep := w.reply(req, WriteStale, fmt.Sprintf("issued %s ago, more than max_age %s", readableAge(age), maxAge))
 		rep.AgeMS, rep.LimitMS = ms(age), ms(maxAge)
 		return rep
 	case req.expires != nil && now.After(*req.expires):
-		rep := w.reply(req, WriteStale, fmt.Sprintf("expired %s ago (expires_at)", now.Sub(*req.expires)))
+		rep := w.reply(req, WriteStale, fmt.Sprintf("expired %s ago (expires_at)", readableAge(now.Sub(*req.expires))))
 		rep.AgeMS, rep.LimitMS = ms(age), ms(req.expires.Sub(req.issued))
 		return rep
 	}
 	return nil
+}
+
+// readableAge prints an age as an operator reads it: to the millisecond
+// under a minute, to the second under two days, else in days. A request
+// with a zero or wrong issued_at is years old, and "60653h41m8.5s" hides
+// that; age_ms keeps the exact figure.
+func readableAge(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return d.Round(time.Millisecond).String()
+	case d < 48*time.Hour:
+		return d.Round(time.Second).String()
+	}
+	return fmt.Sprintf("%.1f days", d.Hours()/24)
 }
 
 func ms(d time.Duration) *int64 {
