@@ -52,6 +52,7 @@ func admit(args []string, stdout, stderr io.Writer) int {
 	doc := report.FromReports(cfg, sessions, reports)
 	notes := cfg.MissingPasswords()
 	doc.DeploymentInputs = notes
+	doc.Warnings = append(doc.Warnings, cfg.Warnings()...)
 	sugg := suggestions(cfg, sessions, reports)
 	for i := range doc.Sessions {
 		doc.Sessions[i].Suggestions = sugg[doc.Sessions[i].Session]

@@ -42,8 +42,8 @@ func writeGitHub(w io.Writer, cfg *routes.Config, doc report.Admission, notes ro
 			annotate(w, "warning", at, "leasebridge admit: session "+s.Session+" warning", warn)
 		}
 	}
-	for _, warn := range doc.Warnings {
-		annotate(w, "warning", warn, "leasebridge admit: weak lease store", warn.Path+": "+warn.Message)
+	for _, wn := range doc.Warnings {
+		annotate(w, "warning", wn, "leasebridge admit: warning", wn.Path+": "+wn.Message)
 	}
 	for _, n := range notes {
 		annotate(w, "notice", n, "leasebridge admit: provided by the deployment",

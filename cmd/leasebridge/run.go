@@ -74,6 +74,9 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		return exitcode.Failure
 	}
 	failover.LogBudgets(log, reports)
+	for _, w := range cfg.Warnings() {
+		log.Warn("configuration", "at", fmt.Sprintf("%s:%d", w.File, w.Line), "key", w.Path, "warning", w.Message)
+	}
 	if _, set := os.LookupEnv("GOGC"); !set {
 		debug.SetGCPercent(failover.GCPercent)
 	}

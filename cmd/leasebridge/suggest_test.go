@@ -191,3 +191,55 @@ func TestAdmitJSONCarriesPasswordNotes(t *testing.T) {
 		t.Errorf("deployment_inputs %v, want %v", paths, want)
 	}
 }
+
+// TestWriteRouteWithoutWritableTagWarns: a write route on a device with
+// no writable tag was admitted without a word, though every request to
+// it would be refused. It stays admitted, with a warning at the route's
+// device key in every format; the examples, whose write routes have
+// writable tags, get none.
+func TestWriteRouteWithoutWritableTagWarns(t *testing.T) {
+	orig, err := os.ReadFile("testdata/refused-60s.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Replace(string(orig), "failover_slo: 60s", "failover_slo: 600s", 1) + `  - name: plc-commands
+    session: plc
+    kind: write
+    device: plc
+    broker: local
+    request_topic: plant/plc/write/req
+    reply_topic: plant/plc/write/resp
+`
+	file := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) string {
+		var out, errb strings.Builder
+		if code := admit(append(args, "-c", file), &out, &errb); code != 0 {
+			t.Fatalf("admit %v: exit %d: %s%s", args, code, out.String(), errb.String())
+		}
+		return out.String()
+	}
+	line := strings.Count(text[:strings.Index(text, "- name: plc-commands")], "\n") + 4 // the device key
+	if out := run(); !strings.Contains(out, fmt.Sprintf("warning: %s:%d:", file, line)) || !strings.Contains(out, `device "plc" has no tag with writable: true`) {
+		t.Errorf("text has no warning at line %d:\n%s", line, out)
+	}
+	if out := run("--format", "github"); !strings.Contains(out, fmt.Sprintf("::warning file=%s,line=%d", file, line)) {
+		t.Errorf("github has no warning:\n%s", out)
+	}
+	var doc report.Admission
+	if err := json.Unmarshal([]byte(run("--json")), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Warnings) != 1 || doc.Warnings[0].Path != "routes[1].device" || doc.Warnings[0].Line != line {
+		t.Errorf("JSON warnings %+v", doc.Warnings)
+	}
+	for _, ex := range []string{"clustered-sidecar.yaml", "standalone-gateway.yaml", "edge-fleet.yaml"} {
+		var out, errb strings.Builder
+		admit([]string{"--json", "-c", "../../examples/" + ex}, &out, &errb)
+		if err := json.Unmarshal([]byte(out.String()), &doc); err != nil || len(doc.Warnings) != 0 {
+			t.Errorf("%s: warnings %+v (%v)", ex, doc.Warnings, err)
+		}
+	}
+}

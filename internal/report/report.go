@@ -35,7 +35,9 @@ type Admission struct {
 	// Errors leaves out; absent when it lists every one.
 	ErrorsNotListed int `json:"errors_not_listed,omitempty"`
 	// Warnings are settings that are valid but weaker than they look (an
-	// even number of lease store members); absent when there are none.
+	// even number of lease store members, routes.Config.StoreWarnings; a
+	// write route with no writable tag, routes.Config.Warnings); absent
+	// when there are none.
 	Warnings []*routes.FieldError `json:"warnings,omitempty"`
 	// DeploymentInputs are the passwords the deployment provides that are
 	// missing here (a password_env not set, a password_file not
