@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -335,6 +336,20 @@ func drain(name string, on bool) func(args []string, stdout, stderr io.Writer) i
 
 // setDrain writes (on) or deletes the drain request of node.
 func setDrain(ctx context.Context, fc *fleetCmd, name, node string, on bool, stdout, stderr io.Writer) int {
+	if on {
+		// A drain row for a name no node has written would stand for
+		// nothing, or for a node started later: refuse it, write nothing.
+		nodes, err := fc.store.Nodes(ctx)
+		if err != nil {
+			fmt.Fprintf(stderr, "leasebridge %s: lease store: %v\n", name, err)
+			return exitStoreDown
+		}
+		if _, ok := nodes[node]; !ok {
+			known := slices.Sorted(maps.Keys(nodes))
+			fmt.Fprintf(stderr, "leasebridge %s: no node %q in the lease store (nodes: %s); nothing written\n", name, node, strings.Join(known, ", "))
+			return exitInvalid
+		}
+	}
 	if err := fc.store.SetDrain(ctx, node, on); err != nil {
 		fmt.Fprintf(stderr, "leasebridge %s: %v\n", name, err)
 		return exitStoreDown
