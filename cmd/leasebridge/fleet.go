@@ -15,6 +15,7 @@ import (
 	"github.com/leasebridge/leasebridge/admission"
 	"github.com/leasebridge/leasebridge/cmd/leasebridge/exitcode"
 	"github.com/leasebridge/leasebridge/fleetview"
+	"github.com/leasebridge/leasebridge/internal/redact"
 	"github.com/leasebridge/leasebridge/lease"
 	"github.com/leasebridge/leasebridge/routes"
 )
@@ -69,9 +70,21 @@ func openFleet(ctx context.Context, fl *flagSet, file string, stderr io.Writer) 
 		fmt.Fprintf(stderr, "leasebridge %s: %s sets no lease_store.endpoints or members: a standalone node's embedded store is private to its process\n", name, file)
 		return nil, exitInvalid
 	}
+	where := strings.Join(redact.URLs(cfg.StoreEndpoints()), ", ")
 	store, err := openStore(ctx, cfg, cfg.StoreEndpoints())
 	if err != nil {
-		fmt.Fprintf(stderr, "leasebridge %s: lease store: %v\n", name, err)
+		fmt.Fprintf(stderr, "leasebridge %s: lease store %s: %s\n", name, where, redact.Text(err.Error()))
+		return nil, exitStoreDown
+	}
+	// Without authentication the client connects lazily, and the first
+	// call would wait the whole fleetCall: one read within dial_timeout
+	// says at once whether the store answers.
+	dial := cfg.LeaseStore.DialTimeout.D()
+	pctx, cancel := context.WithTimeout(ctx, dial)
+	defer cancel()
+	if _, err := store.Nodes(pctx); err != nil {
+		store.Close()
+		fmt.Fprintf(stderr, "leasebridge %s: lease store unreachable at %s within dial_timeout %s: %s\n", name, where, admission.FormatSeconds(dial), redact.Text(err.Error()))
 		return nil, exitStoreDown
 	}
 	return &fleetCmd{file: file, cfg: cfg, reports: built.Admit(), store: store}, exitOK

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -156,5 +157,46 @@ func TestStatusOwnedUnownedPinnedMismatched(t *testing.T) {
 	}
 	if code := run([]string{"status", "-c", down}, &text, &errb); code != exitStoreDown {
 		t.Errorf("store down: exit %d, want %d", code, exitStoreDown)
+	}
+}
+
+// TestStatusUnreachableStoreNamesEndpoint: with the store unreachable,
+// status once waited its whole 10 s call without a word and its error
+// did not name the endpoint. It fails within dial_timeout (the file sets
+// 1 s), exit 3, naming the endpoint with its password redacted.
+func TestStatusUnreachableStoreNamesEndpoint(t *testing.T) {
+	// A listener that never answers: what a store behind a dropped
+	// route looks like.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	orig, err := os.ReadFile("testdata/refused-60s.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoint := "http://leasebridge:hunter2@" + ln.Addr().String()
+	text := strings.Replace(string(orig), "failover_slo: 60s", "failover_slo: 600s", 1)
+	text = strings.Replace(text, "endpoints: [http://127.0.0.1:2379]", "endpoints: ["+endpoint+"]\n  dial_timeout: 1s", 1)
+	file := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	start := time.Now()
+	code := run([]string{"status", "-c", file}, &out, &errb)
+	took := time.Since(start)
+	msg := errb.String()
+	if code != exitStoreDown {
+		t.Errorf("status exit %d, want %d: %s", code, exitStoreDown, msg)
+	}
+	want := "lease store unreachable at http://leasebridge:xxxxx@" + ln.Addr().String() + " within dial_timeout 1s"
+	if !strings.Contains(msg, want) || strings.Contains(msg, "hunter2") {
+		t.Errorf("status said %q, want %q and no password", msg, want)
+	}
+	// The old wait was the whole fleet call.
+	if took >= fleetCall {
+		t.Errorf("status took %v, the whole fleet call %v, not dial_timeout", took, fleetCall)
 	}
 }
