@@ -115,11 +115,15 @@ func Read(ctx context.Context, cfg *routes.Config, reports []admission.Report, s
 	if err != nil {
 		return Status{}, err
 	}
+	if err := readClaimed(ctx, store, nodeRows, rows); err != nil {
+		return Status{}, err
+	}
 	st := Status{KeyPrefix: cfg.LeaseStore.KeyPrefix, CheckedAt: now.UnixNano(), AllOwned: true}
 	nodes := map[string]Node{}
 	for _, name := range sortedNames(nodeRows) {
 		n := nodeRows[name]
-		n.Sessions, n.Owned, n.Serving = nonNil(n.Sessions), nonNil(n.Owned), nonNil(n.Serving)
+		n.Owned, n.Serving = followRows(n, rows)
+		n.Sessions = nonNil(n.Sessions)
 		fn := Node{NodeRow: n, AgeNS: now.UnixNano() - n.RenewedAt}
 		fn.Live = !n.Stopped && fn.AgeNS <= int64(n.TTL)
 		nodes[name] = fn
@@ -184,6 +188,47 @@ func readSession(cfg *routes.Config, rep admission.Report, vr lease.VersionedRow
 		}
 	}
 	return fs
+}
+
+// readClaimed adds to rows the rows of sessions a node row claims that
+// the file does not name, so every claim can be checked against its row.
+func readClaimed(ctx context.Context, store lease.Fleet, nodes map[string]lease.NodeRow, rows map[string]lease.VersionedRow) error {
+	var extra []string
+	for _, n := range nodes {
+		for _, s := range n.Owned {
+			if _, ok := rows[s]; !ok && !slices.Contains(extra, s) {
+				extra = append(extra, s)
+			}
+		}
+	}
+	if len(extra) == 0 {
+		return nil
+	}
+	sort.Strings(extra)
+	more, err := store.Rows(ctx, extra)
+	for k, v := range more {
+		rows[k] = v
+	}
+	return err
+}
+
+// followRows is what node n owns and serves by the session rows: a node
+// row is rewritten only every heartbeat, and a killed or drained node's
+// last one claims sessions another node has taken since. Owned are the
+// sessions whose row names n's owner identity; Serving those of them the
+// node row says serve.
+func followRows(n lease.NodeRow, rows map[string]lease.VersionedRow) (owned, serving []string) {
+	owned, serving = []string{}, []string{}
+	for _, name := range sortedNames(rows) {
+		if n.Owner == "" || rows[name].Row.Owner != n.Owner {
+			continue
+		}
+		owned = append(owned, name)
+		if slices.Contains(n.Serving, name) {
+			serving = append(serving, name)
+		}
+	}
+	return owned, serving
 }
 
 // nonNil makes an absent list print as [] rather than null.

@@ -200,3 +200,54 @@ func TestStatusUnreachableStoreNamesEndpoint(t *testing.T) {
 		t.Errorf("status took %v, the whole fleet call %v, not dial_timeout", took, fleetCall)
 	}
 }
+
+// TestStatusCountsFollowRows: node a was killed (or drained) while it
+// owned and served s1; b has taken s1 over, but a's last node row, not
+// yet expired, still claims it, and also s9, a session of another file
+// that b took too. status once showed a as OWNED 1 SERVING 1 until its
+// row was refreshed. The counts follow the session rows: a owns nothing,
+// b owns s1 and s9 (serving what its own row says).
+func TestStatusCountsFollowRows(t *testing.T) {
+	c := testetcd.StartEmbedded(t, 1)
+	file := filepath.Join(t.TempDir(), "fleet.yaml")
+	if err := os.WriteFile(file, []byte(statusConfig(c.Endpoints()[0], "s1")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := routes.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	timing := lease.ConfigFromReport(preflightOf(t, cfg).Admit()[0]).RowTiming()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := etcdstore.New(ctx, etcdstore.Config{Endpoints: c.Endpoints(), DialTimeout: 2 * time.Second, KeyPrefix: "/status-test/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for _, s := range []string{"s1", "s9"} {
+		if _, err := st.CompareAndSwap(ctx, s, 0, lease.Row{Owner: "b#2", Node: "b", Epoch: 5, Timing: timing}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := time.Now()
+	for _, n := range []lease.NodeRow{
+		{Node: "a", Owner: "a#1", Sessions: []string{"s1", "s9"}, Owned: []string{"s1", "s9"}, Serving: []string{"s1", "s9"}, Draining: true},
+		{Node: "b", Owner: "b#2", Sessions: []string{"s1", "s9"}, Owned: []string{"s1"}, Serving: []string{"s1"}},
+	} {
+		n.Interval, n.TTL, n.RenewedAt = timing.RenewInterval, timing.LeaseTTL, now.UnixNano()
+		if err := st.PutNode(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, code := fleetStatus(t, file)
+	if code != exitOK {
+		t.Errorf("status exit %d", code)
+	}
+	for _, n := range got.Nodes {
+		owned, serving := strings.Join(n.Owned, ","), strings.Join(n.Serving, ",")
+		if (n.Node == "a" && (owned != "" || serving != "")) || (n.Node == "b" && (owned != "s1,s9" || serving != "s1")) {
+			t.Errorf("node %s: owned %q serving %q, not what the rows say", n.Node, owned, serving)
+		}
+	}
+}
