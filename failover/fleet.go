@@ -248,7 +248,16 @@ func (f *fleet) waitOwnedElsewhere(ctx context.Context, s *session, me string, u
 // farewell writes the node row once more after a clean stop, marked
 // stopped, so readers call the node down at once.
 func (f *fleet) farewell() {
-	ctx, cancel := f.call(context.Background())
+	// Bounded like a release (2 x renew_call_timeout), not by the node
+	// row's TTL: with the store gone, a stop would otherwise wait it out.
+	var bound time.Duration
+	for _, s := range f.sv.sessions {
+		bound = max(bound, 2*s.report.Timing.RenewCallTimeout)
+	}
+	if bound == 0 || bound > f.ttl {
+		bound = f.ttl
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
 	n := f.nodeRow()
 	n.Stopped = true

@@ -29,7 +29,10 @@ type session struct {
 	// devThreshold is device_path_step_down; 0 when off.
 	devThreshold time.Duration
 	mgrOpts      lease.Options
-	log          *slog.Logger
+	// wrote is every manager's lease.Options.Wrote: set once one of them
+	// sent a takeover, after which the row may be this process's.
+	wrote atomic.Bool
+	log   *slog.Logger
 
 	state    atomic.Value // string, one of States
 	conflict atomic.Value // string, see SessionStatus.EndpointConflict

@@ -151,6 +151,7 @@ func New(o Options) (*Supervisor, error) {
 			Config:   lease.ConfigFromReport(rep),
 			Rows:     rows,
 			Renewer:  ren,
+			Wrote:    &s.wrote,
 			OnEvent:  s.handle,
 			OnRenewFailure: func(err error) {
 				o.Metrics.RenewFailures.WithLabelValues(rep.Session).Inc()

@@ -203,6 +203,10 @@ type Core struct {
 	holdUntil      time.Duration // no new term, no release before this
 	releaseWanted  bool
 	releaseRetried bool
+	// neverWritten: the caller knows no call of this identity wrote the
+	// row before this core (ReleaseNeverWritten); casSent: this core sent
+	// one. With the first and not the second the row is not ours.
+	neverWritten, casSent bool
 
 	// fed: a RowSource reads the row for this core (Feed); the core
 	// never issues its own Acquire read.
@@ -345,6 +349,16 @@ func (c *Core) Release(now time.Duration) Step {
 	return c.Tick(now)
 }
 
+// ReleaseNeverWritten is Release for a core whose identity never sent a
+// call that could write the row before this core: a standby that sent
+// none either stops at once, since the row cannot be its own, rather
+// than reading it first (a read an unreachable store would fail, for a
+// release that has nothing to give up).
+func (c *Core) ReleaseNeverWritten(now time.Duration) Step {
+	c.neverWritten = true
+	return c.Release(now)
+}
+
 // PollNow moves a standby's next poll to now (or to the end of its hold
 // after a fenced term) and advances the core like Tick.
 func (c *Core) PollNow(now time.Duration) Step {
@@ -461,6 +475,10 @@ func (c *Core) next(now time.Duration, s *Step) {
 				s.WakeAt = c.holdUntil
 				return
 			}
+			if c.neverWritten && !c.casSent {
+				c.stop(now, nil, s)
+				return
+			}
 			c.releaseRetried = true
 			c.issue(now, pReleaseRead, Op{Kind: OpAuthRead, Deadline: now + c.cfg.RenewCallTimeout}, s)
 			return
@@ -493,6 +511,7 @@ func (c *Core) issue(now time.Duration, p purpose, op Op, s *Step) {
 		op.Deadline = c.callEnd
 	}
 	op.Key = c.key
+	c.casSent = c.casSent || op.Kind == OpCAS
 	c.pending, c.sentAt = p, now
 	s.Op = op
 }

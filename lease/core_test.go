@@ -427,3 +427,23 @@ func TestOwnRowNotOfTheTimedOutCASRetaken(t *testing.T) {
 		}
 	}
 }
+
+// A standby that never sent a takeover, released with
+// ReleaseNeverWritten, stops at once: the row cannot be its own. Once it
+// sent one (whose response was lost), it reads the row first, as Release
+// always does.
+func TestReleaseNeverWrittenSkipsTheRead(t *testing.T) {
+	c, _ := newTestCore(t, 0)
+	wantOp(t, c.Tick(0), OpRead)
+	c.Done(time.Millisecond, Result{Err: ErrUnavailable})
+	ev := wantEvent(t, c.ReleaseNeverWritten(2*time.Millisecond), EventReleased)
+	if ev.Err != nil || c.State() != StateStopped {
+		t.Fatalf("released %+v state %v", ev, c.State())
+	}
+
+	c, _ = newTestCore(t, 0)
+	wantOp(t, c.Tick(0), OpRead)
+	wantOp(t, c.Done(time.Millisecond, Result{}), OpCAS) // no row: take it
+	c.Done(2*time.Millisecond, Result{Err: ErrUnavailable})
+	wantOp(t, c.ReleaseNeverWritten(3*time.Millisecond), OpAuthRead)
+}

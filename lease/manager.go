@@ -33,6 +33,13 @@ type Options struct {
 	Rand *rand.Rand
 	// Clock is the monotonic clock; nil means Now.
 	Clock func() time.Duration
+	// Wrote, when set, is shared by every manager of this Key and
+	// Identity in the process: the manager sets it before it sends a call
+	// that may write the row (a takeover). While it is unset the row
+	// cannot be this identity's, so a release stops at once without the
+	// authoritative read a lost takeover response needs, which an
+	// unreachable store would fail. Nil: every release reads first.
+	Wrote *atomic.Bool
 	// Rows, when set, makes this manager's Acquire reads as a standby in
 	// bulk with the process's other standbys: one store read per poll for
 	// all of them. Nil: the manager reads its own row at every poll.
@@ -217,6 +224,9 @@ func (m *Manager) await(ctx context.Context, step Step, l *loop) (Step, error) {
 		return m.core.Feed(now, now, Result{Row: r.Row, Version: r.Version}), nil
 	case l.reply = <-m.release:
 		m.endOwner(ErrReleased)
+		if m.o.Wrote != nil && !m.o.Wrote.Load() {
+			return m.core.ReleaseNeverWritten(m.clock()), nil
+		}
 		return m.core.Release(m.clock()), nil
 	}
 }
@@ -225,6 +235,9 @@ func (m *Manager) await(ctx context.Context, step Step, l *loop) (Step, error) {
 func (m *Manager) perform(ctx context.Context, op Op, l *loop) (Step, error) {
 	// An owner's compare-and-swap is its renew.
 	renew := op.Kind == OpCAS && m.core.State() == StateOwner
+	if op.Kind == OpCAS && m.o.Wrote != nil {
+		m.o.Wrote.Store(true)
+	}
 	var r Result
 	if l.batch {
 		l.batch = false

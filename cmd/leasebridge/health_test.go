@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -287,5 +288,32 @@ func TestExitStatusesAgree(t *testing.T) {
 		if !seen[c] {
 			t.Errorf("exit status %d is not in exitcode.Statuses", c)
 		}
+	}
+}
+
+// TestRunSIGTERMStoreUnreachableNeverOwned: a bridge whose store never
+// answered owns nothing, so at SIGTERM it has nothing to release. It
+// once logged `lease release failed` for a session it never owned,
+// waited out its node row's TTL and exited 1. It exits 0 within the
+// release bound, without a release failure.
+func TestRunSIGTERMStoreUnreachableNeverOwned(t *testing.T) {
+	p := startRunPeers(t)
+	// A listener that never answers: the store behind a dropped route.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	a := p.startVia(t, "node-a", "http://"+ln.Addr().String())
+	a.waitReadiness(t, http.StatusServiceUnavailable, a.report.OwnerDeath.Total)
+	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	tm := a.report.Timing
+	if code := a.waitExit(t, a.report.CloseBound+2*tm.RenewCallTimeout+2*time.Second); code != exitOK {
+		t.Errorf("exit status after SIGTERM = %d, want %d", code, exitOK)
+	}
+	if log := a.logText(); strings.Contains(log, "release failed") || !strings.Contains(log, "stopped: every lease released") {
+		t.Errorf("log after SIGTERM:\n%s", log)
 	}
 }
