@@ -71,9 +71,9 @@ func TestStaleAgeReadable(t *testing.T) {
 	w := &writer{t: &term{s: &session{name: "press-1"}, epoch: 7}, route: &routes.Route{Name: "press-1-commands", MaxAge: routes.Duration(30 * time.Second)}}
 	now := time.Date(2026, 12, 4, 21, 0, 0, 562837739, time.UTC)
 	for issued, want := range map[time.Time]string{
-		time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC): "issued 2529.9 days ago, more than max_age 30s",
+		time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC):         "issued 2529.9 days ago, more than max_age 30s",
 		now.Add(-90*time.Minute - 1234567*time.Microsecond): "issued 1h30m1s ago, more than max_age 30s",
-		now.Add(-31234567 * time.Microsecond): "issued 31.235s ago, more than max_age 30s",
+		now.Add(-31234567 * time.Microsecond):               "issued 31.235s ago, more than max_age 30s",
 	} {
 		rep := w.fresh(writeReq{id: "a", tag: "t", issued: issued}, now)
 		if rep == nil || rep.Message != want {
