@@ -152,6 +152,9 @@ func serveWith(ctx context.Context, built *preflight.Built, cfg *routes.Config, 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	id := lease.NewIdentity(node)
+	if code, err := checkStart(ctx, cfg, store, node, id, reports, log); err != nil {
+		return code, err
+	}
 	sv, err := failover.New(failover.Options{Config: cfg, Reports: reports, Built: built, Store: store, StoreEndpoints: endpoints,
 		Identity: id, Node: node, Logger: log, Metrics: failover.NewMetrics(reg), Claims: store, Fleet: fleet})
 	if err != nil {

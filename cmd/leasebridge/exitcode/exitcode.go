@@ -48,8 +48,10 @@ var Statuses = []Status{
 		"read the `ERROR` line; `leasebridge admit -c FILE` shows the budgets; fix the cause, then restart it: " +
 			"Kubernetes restarts the pod, but the shipped systemd unit does not restart on 1 (`RestartPreventExitStatus=1 2`), " +
 			"since a refused file would only be refused again"},
-	{Invalid, "invalid configuration or command line, including a lease store that refuses the configured credentials at start-up",
-		"fix the file at the reported `file:line:column`, or the credentials"},
+	{Invalid, "invalid configuration or command line, including a lease store that refuses the configured credentials at start-up, " +
+		"a lease store user that may not read and write a key the node needs (the message names the user, the key and the permission), " +
+		"and a node name another live process runs (both identities named)",
+		"fix the file at the reported `file:line:column`, the credentials or the user's role, or give each process its own `node`"},
 	{StepDown, "broker-path step-down: the broker path stayed not converged for `broker_health_step_down`; every lease was released " +
 		"(`stepped down: every lease released`; if the store did not confirm a release, `stepped down: lease releases failed` " +
 		"and standbys take over after `lease_ttl`)",
