@@ -68,7 +68,7 @@ func TestReplyIsBounded(t *testing.T) {
 // TestStaleAgeReadable: a write issued years ago was refused as
 // "issued 60653h41m8.562837739s ago".
 func TestStaleAgeReadable(t *testing.T) {
-	w := &writer{t: &term{s: &session{name: "press-1"}, epoch: 7}, route: &routes.Route{Name: "press-1-commands", MaxAge: routes.Duration(30 * time.Second)}}
+	w := &writer{t: &Term{spec: Spec{Session: "press-1", Epoch: 7}}, route: &routes.Route{Name: "press-1-commands", MaxAge: routes.Duration(30 * time.Second)}}
 	now := time.Date(2026, 12, 4, 21, 0, 0, 562837739, time.UTC)
 	for issued, want := range map[time.Time]string{
 		time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC):         "issued 2529.9 days ago, more than max_age 30s",
