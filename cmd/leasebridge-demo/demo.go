@@ -137,16 +137,12 @@ type demoEnv struct {
 	clients []string
 }
 
-// runDemo runs the demo in a new working directory; bridge is the
-// leasebridge binary to run, empty for the one beside this command or a
-// fresh build.
-func runDemo(ctx context.Context, out io.Writer, keep bool, bridge string, fleet bool) (int, error) {
-	dir, err := os.MkdirTemp("", "leasebridge-demo-")
-	if err != nil {
-		return exitRefused, err
-	}
+// runDemo runs the demo in dir, which it removes at the end unless keep;
+// bridge is the leasebridge binary to run, empty for the one beside this
+// command or a fresh build.
+func runDemo(ctx context.Context, out io.Writer, dir string, keep bool, bridge string, fleet bool) (int, error) {
 	if keep {
-		fmt.Fprintf(out, "working directory: %s\n", dir)
+		defer fmt.Fprintf(out, "working directory kept: %s\n", dir)
 	} else {
 		defer os.RemoveAll(dir)
 	}
@@ -301,6 +297,9 @@ func (d *demoEnv) spawn(name, addr string, args ...string) (*bridgeProc, error) 
 	return p, nil
 }
 
+// errBuildInterrupted reports a signal while the demo built leasebridge.
+var errBuildInterrupted = errors.New("leasebridge-demo: interrupted while building leasebridge")
+
 // findBridge settles which leasebridge binary the bridges run: the one
 // given, else the one beside this command (scripts/demo builds both into
 // one directory), else one built into the working directory, as under
@@ -320,6 +319,9 @@ func (d *demoEnv) findBridge() error {
 	fmt.Fprintf(d.out, "building leasebridge into %s (the first build downloads Go modules, which can take a few minutes)\n", d.dir)
 	build := exec.CommandContext(d.ctx, "go", "build", "-o", d.bridge, "github.com/leasebridge/leasebridge/cmd/leasebridge")
 	if out, err := build.CombinedOutput(); err != nil {
+		if d.ctx.Err() != nil {
+			return errBuildInterrupted
+		}
 		return fmt.Errorf("go build of leasebridge (run from inside the repository, or pass --leasebridge): %w\n%s", err, out)
 	}
 	return nil

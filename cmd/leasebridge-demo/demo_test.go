@@ -256,3 +256,182 @@ func bridgeRuns(pid int) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	return err == nil && strings.Contains(string(b), "run\x00-c\x00")
 }
+
+// stderrFile is a file for a child's standard error and a reader of it.
+func stderrFile(t *testing.T) (*os.File, func() string) {
+	t.Helper()
+	f, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f, func() string { b, _ := os.ReadFile(f.Name()); return string(b) }
+}
+
+// TestDemoKeepNamesItsDirectoryFirst: `--keep` once named its kept
+// directory only mid-run, and a signal's message did not name it. The
+// first line names it, and so does the message of a SIGINT, after which
+// the directory is still there.
+func TestDemoKeepNamesItsDirectoryFirst(t *testing.T) {
+	cmd := exec.Command(testbin.Demo(t), "--keep")
+	out, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr, stderrText := stderrFile(t)
+	cmd.Stdout, cmd.Stderr = w, stderr
+	err = cmd.Start()
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		out.Close()
+	})
+	sc := bufio.NewScanner(out)
+	if !sc.Scan() {
+		t.Fatalf("no output: %s", stderrText())
+	}
+	first := regexp.MustCompile(`^leasebridge-demo: working directory (\S+), kept at the end \(--keep\)$`).FindStringSubmatch(sc.Text())
+	if first == nil {
+		t.Fatalf("first line %q does not name the kept directory", sc.Text())
+	}
+	dir := first[1]
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	for sc.Scan() && !strings.HasPrefix(sc.Text(), "started bridge-a") {
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for sc.Scan() {
+		}
+	}()
+	// A bound against a hang, not a timing claim.
+	select {
+	case err = <-exited:
+	case <-time.After(time.Minute):
+		t.Fatalf("the demo did not exit within a minute of SIGINT: %s", stderrText())
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 130 {
+		t.Errorf("exit after SIGINT: %v, want 130", err)
+	}
+	if !strings.Contains(stderrText(), "working directory kept: "+dir) {
+		t.Errorf("the signal's message does not name the kept directory:\n%s", stderrText())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "bridge-a.yaml")); err != nil {
+		t.Errorf("kept directory: %v", err)
+	}
+}
+
+// TestDemoScriptInterruptedWhileBuilding: a SIGTERM or SIGINT while
+// scripts/demo builds once ended it without a word (and only after the
+// build). A `go` that never finishes stands in for a first build
+// downloading modules: the script stops it, says so and exits 128 + the
+// signal.
+func TestDemoScriptInterruptedWhileBuilding(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		t.Run(sig.String(), func(t *testing.T) {
+			fake := t.TempDir()
+			pidFile := filepath.Join(fake, "go.pid")
+			script := "#!/bin/sh\necho $$ > " + pidFile + "\nexec sleep 600\n"
+			if err := os.WriteFile(filepath.Join(fake, "go"), []byte(script), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command("bash", "../../scripts/demo")
+			cmd.Env = append(os.Environ(), "PATH="+fake+":"+os.Getenv("PATH"))
+			stderr, stderrText := stderrFile(t)
+			cmd.Stderr = stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			exited := make(chan error, 1)
+			go func() { exited <- cmd.Wait() }()
+			t.Cleanup(func() { _ = cmd.Process.Kill() })
+			var goPID int
+			testbin.Observe(t, 30*time.Second, func() (bool, string) {
+				b, err := os.ReadFile(pidFile)
+				goPID, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+				return err == nil && goPID > 0, "the build did not start"
+			})
+			if err := cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			var err error
+			select {
+			case err = <-exited:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("scripts/demo still runs 30 s after %v:\n%s", sig, stderrText())
+			}
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 128+int(sig) {
+				t.Errorf("exit after %v: %v, want %d", sig, err, 128+int(sig))
+			}
+			if !strings.Contains(stderrText(), "interrupted while building leasebridge; nothing was started") {
+				t.Errorf("scripts/demo said:\n%s", stderrText())
+			}
+			if syscall.Kill(goPID, 0) == nil {
+				t.Errorf("the build (pid %d) still runs", goPID)
+			}
+		})
+	}
+}
+
+// TestDemoInterruptedWhileBuildingSaysSo: without a leasebridge beside
+// it (`go run ./cmd/leasebridge-demo`) the demo builds one; a SIGINT then
+// once said "bridges killed". It says the build was interrupted.
+func TestDemoInterruptedWhileBuildingSaysSo(t *testing.T) {
+	alone := filepath.Join(t.TempDir(), "leasebridge-demo")
+	src, err := os.ReadFile(testbin.Demo(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(alone, src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fake := t.TempDir()
+	if err := os.WriteFile(filepath.Join(fake, "go"), []byte("#!/bin/sh\nexec sleep 600\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(alone)
+	cmd.Env = append(os.Environ(), "PATH="+fake+":"+os.Getenv("PATH"))
+	out, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr, stderrText := stderrFile(t)
+	cmd.Stdout, cmd.Stderr = w, stderr
+	err = cmd.Start()
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		out.Close()
+	})
+	sc := bufio.NewScanner(out)
+	for sc.Scan() && !strings.HasPrefix(sc.Text(), "building leasebridge into") {
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err = <-exited:
+	case <-time.After(time.Minute):
+		t.Fatalf("the demo did not exit within a minute of SIGINT: %s", stderrText())
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 130 {
+		t.Errorf("exit after SIGINT: %v, want 130", err)
+	}
+	if !strings.Contains(stderrText(), "interrupted while building leasebridge; nothing was started, working directory removed") {
+		t.Errorf("the demo said:\n%s", stderrText())
+	}
+}

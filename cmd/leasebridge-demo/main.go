@@ -119,14 +119,30 @@ func demo(args []string, stdout, stderr io.Writer) int {
 		case <-ctx.Done():
 		}
 	}()
-	code, err := runDemo(ctx, stdout, *keep, *bridge, *fleet)
+	dir, err := os.MkdirTemp("", "leasebridge-demo-")
+	if err != nil {
+		fmt.Fprintf(stderr, "leasebridge-demo: %v\n", err)
+		return exitRefused
+	}
+	// Named first, so that a kept directory can be found however the
+	// demo ends.
+	if *keep {
+		fmt.Fprintf(stdout, "leasebridge-demo: working directory %s, kept at the end (--keep)\n", dir)
+	} else {
+		fmt.Fprintf(stdout, "leasebridge-demo: working directory %s, removed at the end\n", dir)
+	}
+	code, err := runDemo(ctx, stdout, dir, *keep, *bridge, *fleet)
 	select {
 	case s := <-caught:
+		what := "bridges killed"
+		if errors.Is(err, errBuildInterrupted) {
+			what = "interrupted while building leasebridge; nothing was started"
+		}
 		removed := ", working directory removed"
 		if *keep {
-			removed = ", working directory kept"
+			removed = ", working directory kept: " + dir
 		}
-		fmt.Fprintf(stderr, "leasebridge-demo: %v: bridges killed%s\n", s, removed)
+		fmt.Fprintf(stderr, "leasebridge-demo: %v: %s%s\n", s, what, removed)
 		return signalExit(s.(syscall.Signal))
 	default:
 	}
