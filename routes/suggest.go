@@ -71,6 +71,10 @@ type Suggestion struct {
 // candidate value is checked by admitting the whole changed file.
 const MaxSuggestBytes = 256 << 10
 
+// MaxSuggestSessions bounds how many refused sessions of one file admit
+// searches suggestions for.
+const MaxSuggestSessions = 10
+
 // knobFloor is the smallest value a suggestion sets a duration to.
 const knobFloor = 100 * time.Millisecond
 

@@ -92,10 +92,12 @@ func admit(args []string, stdout, stderr io.Writer) int {
 func suggestions(cfg *routes.Config, sessions []routes.Session, reports []admission.Report) map[string][]routes.Suggestion {
 	out := map[string][]routes.Suggestion{}
 	var data []byte
+	tried := 0
 	for i, r := range reports {
-		if r.Admitted() || r.FailoverSLO == nil {
+		if r.Admitted() || r.FailoverSLO == nil || tried == routes.MaxSuggestSessions {
 			continue
 		}
+		tried++
 		if data == nil {
 			var err error
 			if data, err = os.ReadFile(cfg.File); err != nil {

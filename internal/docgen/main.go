@@ -182,7 +182,7 @@ func admitPage() ([]byte, error) {
 	}
 	return execute(admitJSONTmpl, map[string]any{
 		"ExitAdmitted": exitcode.Admitted, "ExitRefused": exitcode.Refused, "ExitInvalid": exitcode.Invalid,
-		"Example": example, "SchemaVersion": report.SchemaVersion, "MaxSuggestKiB": routes.MaxSuggestBytes >> 10,
+		"Example": example, "SchemaVersion": report.SchemaVersion, "MaxSuggestKiB": routes.MaxSuggestBytes >> 10, "MaxSuggestSessions": routes.MaxSuggestSessions,
 		"MaxProblems": routes.MaxProblems, "MaxMessage": routes.MaxMessage,
 	})
 }
