@@ -39,11 +39,12 @@ type Change struct {
 
 // String prints the change as an operator applies it.
 func (c Change) String() string {
-	key := c.Path[strings.LastIndex(c.Path, ".")+1:]
 	if c.Add {
-		where := "at the top level"
+		// What is added below the block that exists: the key, or the
+		// key with the blocks above it that are missing too.
+		key, where := c.Path, "at the top level"
 		if c.Under != "" {
-			where = "under " + c.Under
+			key, where = strings.TrimPrefix(c.Path, c.Under+"."), "under "+c.Under
 		}
 		return fmt.Sprintf("%s:%d: add %s: %s %s (now %s)", c.File, c.Line, key, c.To, where, c.From)
 	}
