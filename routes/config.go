@@ -30,8 +30,8 @@ type Config struct {
 	// data_dir/etcd, locked by data_dir/etcd.lock; docs/operations.md gives
 	// the disk it needs) and the persistent OPC UA client certificate.
 	DataDir string `yaml:"data_dir"`
-	// HTTPListen is the address of /metrics, /healthz, /readyz, /sessions
-	// and /fleet.
+	// HTTPListen is the address of /metrics, /healthz, /readyz, /sessions,
+	// /fleet and the fleet page at /.
 	HTTPListen string `yaml:"http_listen"`
 	// Spread, when true, makes this node ask for its fair share of the
 	// sessions (ceil(sessions / live nodes)) through planned handovers,

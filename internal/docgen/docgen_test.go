@@ -162,7 +162,7 @@ func TestConfigurationNamesNoGoFields(t *testing.T) {
 		}
 	}
 	// Every path `run` serves on http_listen.
-	for _, path := range []string{"/metrics", "/healthz", "/readyz", "/sessions", "/fleet"} {
+	for _, path := range []string{"/metrics", "/healthz", "/readyz", "/sessions", "/fleet", "fleet page at"} {
 		if !strings.Contains(listen, path) || !strings.Contains(run, path) {
 			t.Errorf("%s is missing from configuration.md's http_listen row or README's run row", path)
 		}
