@@ -25,16 +25,21 @@ var ErrNodeNameInUse = errors.New("leasebridge: the node name is in use by anoth
 // answer within the check's bound is let through: the bridge then starts
 // not ready, as with any outage. It returns the exit status and error
 // that end the process, or ExitOK.
-func checkStart(ctx context.Context, cfg *routes.Config, store *etcdstore.Store, node string, id lease.Identity, reports []admission.Report, log *slog.Logger) (int, error) {
+func checkStart(ctx context.Context, cfg *routes.Config, store runStore, node string, id lease.Identity, reports []admission.Report, log *slog.Logger) (int, error) {
 	bound := cfg.LeaseStore.DialTimeout.D()
 	keys := []string{etcdstore.NodesSpace + node}
 	for _, r := range reports {
 		bound = min(bound, r.Timing.RenewCallTimeout)
 		keys = append(keys, r.Session)
 	}
-	cctx, cancel := context.WithTimeout(ctx, bound)
-	err := store.CheckAccess(cctx, keys)
-	cancel()
+	// etcd's permissions are checked here; the Kubernetes store checks
+	// its verbs itself when it opens.
+	var err error
+	if ac, ok := store.(accessChecker); ok {
+		cctx, cancel := context.WithTimeout(ctx, bound)
+		err = ac.CheckAccess(cctx, keys)
+		cancel()
+	}
 	switch {
 	case errors.Is(err, etcdstore.ErrPermission):
 		user := cfg.LeaseStore.Username
@@ -46,14 +51,24 @@ func checkStart(ctx context.Context, cfg *routes.Config, store *etcdstore.Store,
 		log.Warn("lease store: access not checked at start", "err", err)
 		return exitOK, nil
 	}
-	return checkNodeName(ctx, cfg, store, node, id, bound)
+	fleet, ok := store.(lease.Fleet)
+	if !ok {
+		return exitOK, nil
+	}
+	return checkNodeName(ctx, cfg, fleet, node, id, bound)
+}
+
+// accessChecker is a store that can check its user's permissions on keys
+// without writing (etcdstore.Store.CheckAccess).
+type accessChecker interface {
+	CheckAccess(ctx context.Context, keys []string) error
 }
 
 // checkNodeName refuses a node name whose node row another identity
 // keeps rewriting. A live row of another identity that does not change
 // within its interval is this node's predecessor (a crashed process, a
 // restart within the row's TTL), not a twin, and is let through.
-func checkNodeName(ctx context.Context, cfg *routes.Config, store *etcdstore.Store, node string, id lease.Identity, bound time.Duration) (int, error) {
+func checkNodeName(ctx context.Context, cfg *routes.Config, store lease.Fleet, node string, id lease.Identity, bound time.Duration) (int, error) {
 	read := func() (lease.NodeRow, bool) {
 		cctx, cancel := context.WithTimeout(ctx, bound)
 		defer cancel()
