@@ -202,11 +202,15 @@ func checkRestartDocs(t *testing.T, unit []byte) {
 	if len(prevent) == 0 {
 		t.Fatal("the unit has no RestartPreventExitStatus")
 	}
+	// The run command's table, which follows this sentence (the store
+	// command's has its own, for its own unit).
+	_, runTable, _ := strings.Cut(string(page), "Every exit status of `leasebridge run`")
 	for _, status := range prevent {
 		row := ""
-		for _, l := range strings.Split(string(page), "\n") {
+		for _, l := range strings.Split(runTable, "\n") {
 			if strings.HasPrefix(l, "| "+status+" |") {
 				row = l
+				break
 			}
 		}
 		switch {
