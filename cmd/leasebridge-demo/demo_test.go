@@ -123,7 +123,7 @@ func TestDemoFleetStoreTakesOverWithinBudget(t *testing.T) {
 	if strings.Contains(text, "embedded etcd") {
 		t.Errorf("demo --fleet-store started an etcd of its own:\n%s", text)
 	}
-	m := regexp.MustCompile(`(?m)^working directory: (\S+)$`).FindStringSubmatch(text)
+	m := regexp.MustCompile(`(?m)^working directory kept: (\S+)$`).FindStringSubmatch(text)
 	if m == nil {
 		t.Fatalf("no working directory in:\n%s", text)
 	}
