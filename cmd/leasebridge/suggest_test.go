@@ -238,8 +238,9 @@ func TestWriteRouteWithoutWritableTagWarns(t *testing.T) {
 	for _, ex := range []string{"clustered-sidecar.yaml", "standalone-gateway.yaml", "edge-fleet.yaml"} {
 		var out, errb strings.Builder
 		admit([]string{"--json", "-c", "../../examples/" + ex}, &out, &errb)
-		if err := json.Unmarshal([]byte(out.String()), &doc); err != nil || len(doc.Warnings) != 0 {
-			t.Errorf("%s: warnings %+v (%v)", ex, doc.Warnings, err)
+		var exDoc report.Admission
+		if err := json.Unmarshal([]byte(out.String()), &exDoc); err != nil || len(exDoc.Warnings) != 0 {
+			t.Errorf("%s: warnings %+v (%v)", ex, exDoc.Warnings, err)
 		}
 	}
 }
