@@ -14,14 +14,7 @@ import (
 // Modbus server, PLC simulator and fault proxy live in cmd/leasebridge-demo
 // and the tests, never in what `go list -deps` says leasebridge links.
 func TestShippedBinaryCarriesNoTestServers(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", "github.com/leasebridge/leasebridge/cmd/leasebridge").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list -deps: %v\n%s", err, out)
-	}
-	deps := strings.Fields(string(out))
-	if len(deps) < 50 || !strings.Contains(string(out), "\ngithub.com/leasebridge/leasebridge/failover\n") {
-		t.Fatalf("go list -deps printed %d packages, not leasebridge's dependencies:\n%s", len(deps), out)
-	}
+	deps := shippedDeps(t)
 	forbidden := []string{
 		"github.com/mochi-mqtt/server",  // MQTT broker
 		"github.com/simonvetter/modbus", // Modbus server (and client) the simulator uses
@@ -35,6 +28,43 @@ func TestShippedBinaryCarriesNoTestServers(t *testing.T) {
 				t.Errorf("leasebridge links %s", dep)
 			}
 		}
+	}
+}
+
+// shippedDeps is what `go list -deps` says leasebridge links.
+func shippedDeps(t *testing.T) []string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-deps", "github.com/leasebridge/leasebridge/cmd/leasebridge").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps: %v\n%s", err, out)
+	}
+	deps := strings.Fields(string(out))
+	if len(deps) < 50 || !strings.Contains(string(out), "\ngithub.com/leasebridge/leasebridge/failover\n") {
+		t.Fatalf("go list -deps printed %d packages, not leasebridge's dependencies:\n%s", len(deps), out)
+	}
+	return deps
+}
+
+// The Kubernetes lease store links only the API types it uses, never
+// client-go's typed clientset or its scheme: they register every API group
+// of Kubernetes and doubled the binary (40 to 89 MB) and its resident
+// pages in every process, on etcd too (lease/kubestore/client.go).
+func TestBinaryLinksNoClientset(t *testing.T) {
+	allowedAPI := map[string]bool{"k8s.io/api/coordination/v1": true, "k8s.io/api/authorization/v1": true}
+	var api []string
+	for _, dep := range shippedDeps(t) {
+		if dep == "k8s.io/client-go/kubernetes" || strings.HasPrefix(dep, "k8s.io/client-go/kubernetes/") {
+			t.Errorf("leasebridge links %s", dep)
+		}
+		if strings.HasPrefix(dep, "k8s.io/api/") {
+			api = append(api, dep)
+			if !allowedAPI[dep] {
+				t.Errorf("leasebridge links API group %s; the lease store needs only %v", dep, allowedAPI)
+			}
+		}
+	}
+	if len(api) != len(allowedAPI) {
+		t.Errorf("leasebridge links API packages %v, want exactly %v (is the Kubernetes store still linked?)", api, allowedAPI)
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // Verbs are the verbs the store uses on leases (coordination.k8s.io) in
@@ -27,7 +26,8 @@ func (s *Store) CheckAccess(ctx context.Context) error {
 		r := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
 			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: s.ns, Verb: verb,
 				Group: "coordination.k8s.io", Resource: "leases"}}}
-		out, err := s.cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, r, metav1.CreateOptions{})
+		var out authorizationv1.SelfSubjectAccessReview
+		err := s.authz.Post().Resource("selfsubjectaccessreviews").MaxRetries(0).Body(r).Do(ctx).Into(&out)
 		if err != nil {
 			return readErr(fmt.Sprintf("SelfSubjectAccessReview of %s on leases in namespace %s", verb, s.ns), err)
 		}

@@ -300,7 +300,8 @@ func (s *Store) watch(ctx context.Context, opts metav1.ListOptions) <-chan struc
 		for ctx.Err() == nil {
 			o := opts
 			o.ResourceVersion, o.AllowWatchBookmarks = rv, false
-			w, err := s.cs.CoordinationV1().Leases(s.ns).Watch(ctx, o)
+			o.Watch = true
+			w, err := s.request(s.rc.Get()).VersionedParams(&o, parameterCodec).Watch(ctx)
 			if err == nil {
 				for ev := range w.ResultChan() {
 					if ev.Type == watch.Error {
@@ -330,7 +331,8 @@ func (s *Store) listVersion(ctx context.Context, opts metav1.ListOptions) string
 	}
 	ctx, cancel := context.WithTimeout(ctx, t)
 	defer cancel()
-	l, err := s.cs.CoordinationV1().Leases(s.ns).List(ctx, opts)
+	var l coordinationv1.LeaseList
+	err := s.request(s.rc.Get()).VersionedParams(&opts, parameterCodec).Do(ctx).Into(&l)
 	if err != nil {
 		return ""
 	}

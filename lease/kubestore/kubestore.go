@@ -59,6 +59,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
 	"os"
 	"regexp"
 	"strconv"
@@ -70,8 +71,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -125,8 +124,9 @@ var (
 
 // Store is a lease.Store on Kubernetes Lease objects.
 type Store struct {
-	cs      kubernetes.Interface
-	rc      rest.Interface
+	rc      rest.Interface // coordination.k8s.io/v1
+	authz   rest.Interface // authorization.k8s.io/v1
+	http    *http.Client
 	host    string
 	ns      string
 	prefix  string
@@ -161,11 +161,11 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	cs, err := kubernetes.NewForConfig(rc)
+	cl, err := newClients(rc)
 	if err != nil {
-		return nil, fmt.Errorf("%w: client for %s: %w", ErrConfig, rc.Host, err)
+		return nil, err
 	}
-	return &Store{cs: cs, rc: cs.CoordinationV1().RESTClient(), host: rc.Host, ns: ns, prefix: cfg.KeyPrefix,
+	return &Store{rc: cl.leases, authz: cl.authz, http: cl.http, host: rc.Host, ns: ns, prefix: cfg.KeyPrefix,
 		fleet: fleetName(cfg.KeyPrefix), timeout: cfg.CallTimeout,
 		seen: map[string]seenLease{}, obs: map[string]observed{}}, nil
 }
@@ -178,9 +178,7 @@ func (s *Store) Namespace() string { return s.ns }
 
 // Close drops the client's idle connections.
 func (s *Store) Close() error {
-	if rc, ok := s.rc.(*rest.RESTClient); ok && rc.Client != nil {
-		rc.Client.CloseIdleConnections()
-	}
+	s.http.CloseIdleConnections()
 	return nil
 }
 
@@ -412,7 +410,7 @@ func (s *Store) Ping(ctx context.Context) error {
 func (s *Store) list(ctx context.Context, fleet, kind string) (*coordinationv1.LeaseList, error) {
 	sel := LabelFleet + "=" + fleet + "," + LabelKind + "=" + kind
 	var out coordinationv1.LeaseList
-	err := s.request(s.rc.Get()).VersionedParams(&metav1.ListOptions{LabelSelector: sel}, scheme.ParameterCodec).
+	err := s.request(s.rc.Get()).VersionedParams(&metav1.ListOptions{LabelSelector: sel}, parameterCodec).
 		Do(ctx).Into(&out)
 	if err != nil {
 		return nil, readErr(fmt.Sprintf("list Leases %s/%s", s.ns, sel), err)
