@@ -123,13 +123,13 @@ func (c *Config) applyDefaults() {
 			setStr(&r.Topic, DefaultTopic)
 		case RouteWrite:
 			// An explicit 0 is kept (positions says what was written).
-			if !c.written(fmt.Sprintf("routes[%d].qos", i)) {
+			if !c.Written(fmt.Sprintf("routes[%d].qos", i)) {
 				setInt(&r.QoS, DefaultWriteQoS)
 			}
-			if !c.written(fmt.Sprintf("routes[%d].max_age", i)) {
+			if !c.Written(fmt.Sprintf("routes[%d].max_age", i)) {
 				setDur(&r.MaxAge, DefaultWriteMaxAge)
 			}
-			if !c.written(fmt.Sprintf("routes[%d].clock_skew", i)) {
+			if !c.Written(fmt.Sprintf("routes[%d].clock_skew", i)) {
 				setDur(&r.ClockSkew, DefaultWriteClockSkew)
 			}
 		case RouteBridge:
@@ -164,8 +164,10 @@ func (k *DeviceKind) ensureSettings(d *Device) {
 	}
 }
 
-// written reports whether the configuration file set the key at path.
-func (c *Config) written(path string) bool {
+// Written reports whether the configuration file set the key at path
+// (a key path such as "routes[0].manager.lease_ttl"): a key left to its
+// default is not written.
+func (c *Config) Written(path string) bool {
 	_, ok := c.positions[path]
 	return ok
 }

@@ -169,7 +169,7 @@ func (c *Config) checkStoreTiming() Errors {
 	}
 	// A rule between the two keys is reported at the one written.
 	pair := "election_timeout"
-	if !c.written("lease_store.election_timeout") {
+	if !c.Written("lease_store.election_timeout") {
 		pair = "heartbeat_interval"
 	}
 	switch {

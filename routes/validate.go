@@ -386,7 +386,7 @@ func (c *Config) checkRoute(path string, r *Route) Errors {
 		add(path+".kind", "unknown route kind %q: want poll, write or bridge", r.Kind)
 	}
 	for _, k := range []string{"max_age", "clock_skew"} {
-		if r.Kind != RouteWrite && c.written(path+"."+k) {
+		if r.Kind != RouteWrite && c.Written(path+"."+k) {
 			add(path+"."+k, "%s applies to write routes only", k)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/leasebridge/leasebridge/internal/report"
 	"github.com/leasebridge/leasebridge/preflight"
 	"github.com/leasebridge/leasebridge/routes"
+	"github.com/leasebridge/leasebridge/routes/suggest"
 )
 
 // admit runs admission on a configuration file and opens nothing else.
@@ -87,14 +88,14 @@ func admit(args []string, stdout, stderr io.Writer) int {
 }
 
 // suggestions finds, for each session refused only for its objective,
-// the changes that admit it (routes.Config.Suggest), each evaluated by
+// the changes that admit it (suggest.For), each evaluated by
 // admitting the changed text as this command does.
-func suggestions(cfg *routes.Config, sessions []routes.Session, reports []admission.Report) map[string][]routes.Suggestion {
-	out := map[string][]routes.Suggestion{}
+func suggestions(cfg *routes.Config, sessions []routes.Session, reports []admission.Report) map[string][]suggest.Suggestion {
+	out := map[string][]suggest.Suggestion{}
 	var data []byte
 	tried := 0
 	for i, r := range reports {
-		if r.Admitted() || r.FailoverSLO == nil || tried == routes.MaxSuggestSessions {
+		if r.Admitted() || r.FailoverSLO == nil || tried == suggest.MaxSessions {
 			continue
 		}
 		tried++
@@ -104,7 +105,7 @@ func suggestions(cfg *routes.Config, sessions []routes.Session, reports []admiss
 				return out
 			}
 		}
-		if s := cfg.Suggest(data, sessions[i], r, evaluator(cfg.File)); len(s) > 0 {
+		if s := suggest.For(cfg, data, sessions[i], r, evaluator(cfg.File)); len(s) > 0 {
 			out[r.Session] = s
 		}
 	}
@@ -112,7 +113,7 @@ func suggestions(cfg *routes.Config, sessions []routes.Session, reports []admiss
 }
 
 // evaluator admits a configuration's text under file's name.
-func evaluator(file string) routes.Evaluator {
+func evaluator(file string) suggest.Evaluator {
 	return func(data []byte) (map[string]admission.Report, error) {
 		cfg, err := routes.Parse(file, data)
 		if err != nil {

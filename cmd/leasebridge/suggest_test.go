@@ -13,7 +13,7 @@ import (
 
 	"github.com/leasebridge/leasebridge/internal/report"
 	"github.com/leasebridge/leasebridge/internal/testbin"
-	"github.com/leasebridge/leasebridge/routes"
+	"github.com/leasebridge/leasebridge/routes/suggest"
 )
 
 // TestAdmitSuggestionsAdmitWhenApplied takes the refused configuration
@@ -51,7 +51,7 @@ func TestAdmitSuggestionsAdmitWhenApplied(t *testing.T) {
 				applied := []byte(text)
 				// From the bottom up, so that an added line does not move
 				// the lines of the changes still to apply.
-				changes := slices.SortedFunc(slices.Values(s.Changes), func(a, b routes.Change) int { return b.Line - a.Line })
+				changes := slices.SortedFunc(slices.Values(s.Changes), func(a, b suggest.Change) int { return b.Line - a.Line })
 				for _, c := range changes {
 					applied = applyByHand(t, applied, c)
 				}
@@ -94,14 +94,14 @@ func TestAdmitSuggestionsAdmitWhenApplied(t *testing.T) {
 			}
 			switch slo {
 			case "60s":
-				if kinds[routes.SuggestKey] != 0 || kinds[routes.SuggestKeys] != 1 || kinds[routes.SuggestObjective] != 1 {
+				if kinds[suggest.KindKey] != 0 || kinds[suggest.KindKeys] != 1 || kinds[suggest.KindObjective] != 1 {
 					t.Errorf("at 60s want no single key, one combined change and the objective, got %v:\n%s", kinds, out)
 				}
 				if !strings.Contains(textOut, "no single key fits failover_slo 60s") {
 					t.Errorf("text does not say no single key fits:\n%s", textOut)
 				}
 			case "300s":
-				if kinds[routes.SuggestKey] < 2 || kinds[routes.SuggestKeys] != 0 {
+				if kinds[suggest.KindKey] < 2 || kinds[suggest.KindKeys] != 0 {
 					t.Errorf("at 300s want single keys, got %v:\n%s", kinds, out)
 				}
 			}
@@ -138,7 +138,7 @@ func admitText(t *testing.T, bin, file string) string {
 // applyByHand edits the text at the change's line: the key's value
 // replaced, or the key added as the first entry of the block on that
 // line, indented as the block's next line is.
-func applyByHand(t *testing.T, text []byte, c routes.Change) []byte {
+func applyByHand(t *testing.T, text []byte, c suggest.Change) []byte {
 	t.Helper()
 	lines := strings.Split(string(text), "\n")
 	key := c.Path[strings.LastIndex(c.Path, ".")+1:]

@@ -2,7 +2,8 @@
 // cmd -> failover (the control plane) -> dataplane (what runs inside a
 // term) -> {transports, routes}; preflight -> dataplane; fleetview ->
 // {lease, routes}; routes -> admission (and internal/redact, a
-// standard-library-only leaf); admission imports only the standard
+// standard-library-only leaf), and routes' subpackages (routes/suggest)
+// -> routes; admission imports only the standard
 // library; lease never imports transports and no transport imports lease;
 // lease/etcd* is the only importer of the etcd client; HTTP and exit codes
 // live at the command layer (cmd/leasebridge/httpapi, exitcode).
@@ -61,8 +62,9 @@ func rule(pkg, imp string) string {
 		return "production code never imports test peers"
 	case under(pkg, "admission") && pkg != "admission/admissiontest" && !stdlib(imp) && !under(local, "admission"):
 		return "admission imports only the standard library"
-	case under(pkg, "routes") && isLocal && !under(local, "admission") && local != "internal/redact":
-		return "routes imports only admission (and internal/redact)"
+	case under(pkg, "routes") && isLocal && !under(local, "admission") && local != "internal/redact" &&
+		(pkg == "routes" || local != "routes"):
+		return "routes imports only admission (and internal/redact); a subpackage of routes also routes"
 	case pkg == "internal/redact" && !stdlib(imp):
 		return "internal/redact imports only the standard library"
 	case under(pkg, "lease") && isLocal && anyUnder(local, "transports", "failover", "routes", "dataplane", "preflight", "fleetview"):
@@ -138,6 +140,7 @@ func TestRulesCatchWrongArrows(t *testing.T) {
 	for _, c := range [][2]string{
 		{"admission", "gopkg.in/yaml.v3"},
 		{"routes", mod + "/transports"},
+		{"routes/suggest", mod + "/preflight"},
 		{"lease", mod + "/transports/mqtt"},
 		{"transports/mqtt", mod + "/lease"},
 		{"failover", "go.etcd.io/etcd/client/v3"},
@@ -161,6 +164,7 @@ func TestRulesCatchWrongArrows(t *testing.T) {
 	for _, c := range [][2]string{
 		{"lease/etcdstore", "go.etcd.io/etcd/client/v3"},
 		{"routes", mod + "/admission"},
+		{"routes/suggest", mod + "/routes"},
 		{"failover", mod + "/lease"},
 		{"transports/mqtt", mod + "/routes"},
 		{"failover", mod + "/dataplane"},

@@ -25,6 +25,7 @@ import (
 	"github.com/leasebridge/leasebridge/lease/etcdembed"
 	"github.com/leasebridge/leasebridge/preflight"
 	"github.com/leasebridge/leasebridge/routes"
+	"github.com/leasebridge/leasebridge/routes/suggest"
 	"github.com/leasebridge/leasebridge/transports"
 	"github.com/leasebridge/leasebridge/transports/tagvalue"
 
@@ -182,7 +183,7 @@ func admitPage() ([]byte, error) {
 	}
 	return execute(admitJSONTmpl, map[string]any{
 		"ExitAdmitted": exitcode.Admitted, "ExitRefused": exitcode.Refused, "ExitInvalid": exitcode.Invalid,
-		"Example": example, "SchemaVersion": report.SchemaVersion, "MaxSuggestKiB": routes.MaxSuggestBytes >> 10, "MaxSuggestSessions": routes.MaxSuggestSessions,
+		"Example": example, "SchemaVersion": report.SchemaVersion, "MaxSuggestKiB": suggest.MaxBytes >> 10, "MaxSuggestSessions": suggest.MaxSessions,
 		"MaxProblems": routes.MaxProblems, "MaxMessage": routes.MaxMessage,
 	})
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/leasebridge/leasebridge/admission"
 	"github.com/leasebridge/leasebridge/internal/buildinfo"
 	"github.com/leasebridge/leasebridge/routes"
+	"github.com/leasebridge/leasebridge/routes/suggest"
 )
 
 // SchemaVersion is the admit --json schema_version. It changes only if a
@@ -68,7 +69,7 @@ type Session struct {
 	Warnings           []string                    `json:"warnings"`
 	// Suggestions are the changes after which a session refused for its
 	// failover_slo is admitted, each checked by admitting the changed file.
-	Suggestions []routes.Suggestion `json:"suggestions,omitempty"`
+	Suggestions []suggest.Suggestion `json:"suggestions,omitempty"`
 }
 
 func ns(d time.Duration) *int64 {
@@ -151,7 +152,7 @@ func WriteJSON(w io.Writer, a Admission) error {
 // WriteText prints an admission result for an operator: per session the
 // verdict, the resolved cadence with where each value came from, and every
 // term of both budgets so the dominant one is visible.
-func WriteText(w io.Writer, cfg *routes.Config, sessions []routes.Session, reports []admission.Report, suggestions map[string][]routes.Suggestion) {
+func WriteText(w io.Writer, cfg *routes.Config, sessions []routes.Session, reports []admission.Report, suggestions map[string][]suggest.Suggestion) {
 	fs := admission.FormatSeconds
 	admitted := 0
 	fmt.Fprintf(w, "%s: deployment_mode %s, lease store %s, %d session(s)\n", cfg.File, cfg.DeploymentMode, cfg.StoreBackend(), len(reports))
@@ -223,13 +224,13 @@ func writeStore(w io.Writer, r admission.Report) {
 // WriteSuggestions prints the changes that would admit a session refused
 // for its objective: each single key, else the fewest keys together, and
 // the objective raised.
-func WriteSuggestions(w io.Writer, r admission.Report, sugg []routes.Suggestion) {
+func WriteSuggestions(w io.Writer, r admission.Report, sugg []suggest.Suggestion) {
 	if len(sugg) == 0 || r.FailoverSLO == nil {
 		return
 	}
 	fs := admission.FormatSeconds
 	slo := fs(*r.FailoverSLO)
-	single := sugg[0].Kind == routes.SuggestKey
+	single := sugg[0].Kind == suggest.KindKey
 	if single {
 		fmt.Fprintf(w, "  fits failover_slo %s with any one of these changes (each checked by admitting the changed file):\n", slo)
 	} else {
@@ -237,13 +238,13 @@ func WriteSuggestions(w io.Writer, r admission.Report, sugg []routes.Suggestion)
 	}
 	for _, s := range sugg {
 		switch s.Kind {
-		case routes.SuggestKeys:
+		case suggest.KindKeys:
 			fmt.Fprintf(w, "  these %d keys together fit it (budget %s, checked by admitting the changed file):\n", len(s.Changes), fs(time.Duration(s.BudgetNS)))
-		case routes.SuggestObjective:
+		case suggest.KindObjective:
 			fmt.Fprintf(w, "  or raise the objective to the budget:\n")
 		}
 		for _, c := range s.Changes {
-			if s.Kind == routes.SuggestKey {
+			if s.Kind == suggest.KindKey {
 				fmt.Fprintf(w, "    %s (budget %s)\n", c, fs(time.Duration(s.BudgetNS)))
 				continue
 			}

@@ -1,17 +1,17 @@
-package routes_test
+package suggest_test
 
 import (
 	"strings"
 	"testing"
 
-	"github.com/leasebridge/leasebridge/routes"
+	"github.com/leasebridge/leasebridge/routes/suggest"
 )
 
 // Apply sets a written key in place, adds a missing one under its block,
 // and adds a missing block with it, each change saying where it goes.
 func TestApplyChanges(t *testing.T) {
 	src := "deployment_mode: clustered\nbrokers:\n  local:\n    url: tcp://h:1883\n    connect_timeout: 30s\n"
-	out, chs, err := routes.Apply("f.yaml", []byte(src), []routes.Change{
+	out, chs, err := suggest.Apply("f.yaml", []byte(src), []suggest.Change{
 		{Path: "brokers.local.connect_timeout", From: "30s", To: "5s"},
 		{Path: "brokers.local.reconcile_timeout", From: "30s", To: "4s"},
 		{Path: "manager.lease_ttl", From: "45s", To: "20s"},
@@ -34,7 +34,7 @@ func TestApplyChanges(t *testing.T) {
 			t.Errorf("applied text lacks %q:\n%s", s, out)
 		}
 	}
-	if _, _, err := routes.Apply("f.yaml", []byte(src), []routes.Change{{Path: "brokers.local.url.x", To: "1s"}}); err == nil {
+	if _, _, err := suggest.Apply("f.yaml", []byte(src), []suggest.Change{{Path: "brokers.local.url.x", To: "1s"}}); err == nil {
 		t.Error("a path through a scalar was applied")
 	}
 }

@@ -1,4 +1,9 @@
-package routes
+// Package suggest finds, for a session `leasebridge admit` refuses only
+// because a budget exceeds its failover_slo, the smallest changes of the
+// configuration's keys that would admit it: each single key that fits
+// alone, else the fewest keys scaled together, and the objective raised
+// to the budget. Every change is checked by admitting the changed file.
+package suggest
 
 import (
 	"errors"
@@ -13,6 +18,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/leasebridge/leasebridge/admission"
+	"github.com/leasebridge/leasebridge/routes"
 )
 
 // Evaluator admits a configuration's text as `leasebridge admit` does
@@ -53,9 +59,9 @@ func (c Change) String() string {
 
 // Suggestion kinds.
 const (
-	SuggestKey       = "key"       // one key
-	SuggestKeys      = "keys"      // several keys, when no single one fits
-	SuggestObjective = "objective" // failover_slo raised to the budget
+	KindKey       = "key"       // one key
+	KindKeys      = "keys"      // several keys, when no single one fits
+	KindObjective = "objective" // failover_slo raised to the budget
 )
 
 // Suggestion is a change after which a refused session is admitted: the
@@ -68,13 +74,13 @@ type Suggestion struct {
 	BudgetNS int64 `json:"budget_ns"`
 }
 
-// MaxSuggestBytes bounds the files admit searches for suggestions: each
+// MaxBytes bounds the files admit searches for suggestions: each
 // candidate value is checked by admitting the whole changed file.
-const MaxSuggestBytes = 256 << 10
+const MaxBytes = 256 << 10
 
-// MaxSuggestSessions bounds how many refused sessions of one file admit
+// MaxSessions bounds how many refused sessions of one file admit
 // searches suggestions for.
-const MaxSuggestSessions = 10
+const MaxSessions = 10
 
 // knobFloor is the smallest value a suggestion sets a duration to.
 const knobFloor = 100 * time.Millisecond
@@ -87,7 +93,7 @@ type knob struct {
 	share time.Duration
 }
 
-// Suggest lists the changes after which session s, refused only because
+// For lists the changes after which session s, refused only because
 // a budget exceeds its failover_slo, is admitted: each single key that
 // alone fits the objective at the value closest to its current one;
 // when none does, the fewest keys that fit together, each scaled by the
@@ -95,8 +101,8 @@ type knob struct {
 // found by evaluating changed configurations with eval, admission's own
 // arithmetic, and kept only when the changed file admits the session.
 // data is c's text; r is s's report in it.
-func (c *Config) Suggest(data []byte, s Session, r admission.Report, eval Evaluator) []Suggestion {
-	if r.Admitted() || r.FailoverSLO == nil || len(s.Refusals) > 0 || len(data) > MaxSuggestBytes {
+func For(c *routes.Config, data []byte, s routes.Session, r admission.Report, eval Evaluator) []Suggestion {
+	if r.Admitted() || r.FailoverSLO == nil || len(s.Refusals) > 0 || len(data) > MaxBytes {
 		return nil
 	}
 	in := s.Inputs
@@ -129,7 +135,7 @@ func (c *Config) Suggest(data []byte, s Session, r admission.Report, eval Evalua
 }
 
 type suggester struct {
-	c       *Config
+	c       *routes.Config
 	data    []byte
 	session string
 	slo     time.Duration
@@ -139,7 +145,7 @@ type suggester struct {
 
 // knobs lists the keys of r's budgets that count, once each, at the
 // path the session takes them from, the largest share first.
-func (sg *suggester) knobs(s Session, r admission.Report) []knob {
+func (sg *suggester) knobs(s routes.Session, r admission.Report) []knob {
 	var out []knob
 	seen := map[string]int{}
 	for _, b := range []*admission.Budget{&r.OwnerDeath, r.BrokerPath, r.DevicePath} {
@@ -166,21 +172,21 @@ func (sg *suggester) knobs(s Session, r admission.Report) []knob {
 }
 
 // knobOf is the path and current value of the key behind part p.
-func (sg *suggester) knobOf(s Session, t admission.Timing, p admission.Part) (string, time.Duration, bool) {
+func (sg *suggester) knobOf(s routes.Session, t admission.Timing, p admission.Part) (string, time.Duration, bool) {
 	if strings.HasPrefix(p.Entry, "brokers.") || strings.HasPrefix(p.Entry, "devices.") {
 		if p.Of != "" {
 			return "", 0, false
 		}
 		return p.Entry + "." + p.Key, p.Each, true
 	}
-	if p.Entry != "" && p.Entry != EndpointClaim {
+	if p.Entry != "" && p.Entry != routes.EndpointClaim {
 		return "", 0, false // a transport that did not disclose its keys
 	}
 	cur, ok := timingValue(t, p)
 	if !ok {
 		return "", 0, false
 	}
-	return sg.c.managerPath(s, p.Key), cur, true
+	return managerPath(sg.c, s, p.Key), cur, true
 }
 
 // timingValue is the current value of the lease key behind p.
@@ -206,11 +212,11 @@ func timingValue(t admission.Timing, p admission.Part) (time.Duration, bool) {
 
 // managerPath is where session s takes manager key from: the manager
 // block of the first of its routes that writes it, else the file's.
-func (c *Config) managerPath(s Session, key string) string {
+func managerPath(c *routes.Config, s routes.Session, key string) string {
 	for i, r := range c.Routes {
 		if slices.Contains(s.Routes, r.Name) {
 			p := fmt.Sprintf("routes[%d].manager.%s", i, key)
-			if _, ok := c.positions[p]; ok {
+			if c.Written(p) {
 				return p
 			}
 		}
@@ -293,9 +299,9 @@ func (sg *suggester) check(changes []Change) (Suggestion, bool) {
 			return Suggestion{}, false
 		}
 	}
-	kind := SuggestKey
+	kind := KindKey
 	if len(changes) > 1 {
-		kind = SuggestKeys
+		kind = KindKeys
 	}
 	return Suggestion{Kind: kind, Changes: changes, BudgetNS: int64(largestBudget(r))}, true
 }
@@ -332,18 +338,18 @@ func (sg *suggester) combined(ks []knob) (Suggestion, bool) {
 
 // objective is failover_slo raised to the session's largest budget,
 // rounded up to two significant digits.
-func (sg *suggester) objective(s Session, r admission.Report) (Suggestion, bool) {
+func (sg *suggester) objective(s routes.Session, r admission.Report) (Suggestion, bool) {
 	need := largestBudget(r)
 	unit := time.Duration(math.Pow10(int(math.Floor(math.Log10(float64(need)))) - 1))
 	to := (need + unit - 1) / unit * unit
-	ch := Change{Path: sg.c.managerPath(s, "failover_slo"), From: admission.FormatSeconds(sg.slo), To: admission.FormatSeconds(to)}
+	ch := Change{Path: managerPath(sg.c, s, "failover_slo"), From: admission.FormatSeconds(sg.slo), To: admission.FormatSeconds(to)}
 	out, ok := sg.check([]Change{ch})
-	out.Kind = SuggestObjective
+	out.Kind = KindObjective
 	return out, ok
 }
 
 // ErrNoPath reports a change whose key path cannot be followed.
-var ErrNoPath = errors.New("routes: key path not in the configuration")
+var ErrNoPath = errors.New("suggest: key path not in the configuration")
 
 // Apply sets each change's key in the YAML text, adding it (and any
 // missing block above it) when absent, and returns the new text and the
