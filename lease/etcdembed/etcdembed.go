@@ -198,10 +198,7 @@ func config(o Options, quiet *atomic.Bool) (*embed.Config, string, error) {
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{purl}, []url.URL{purl}
 	cfg.InitialCluster = fmt.Sprintf("%s=%s", cfg.Name, purl.String())
 	cfg.TickMs, cfg.ElectionMs = 10, 100
-	cfg.MaxWalFiles, cfg.MaxSnapFiles = MaxWALFiles, MaxSnapFiles
-	cfg.QuotaBackendBytes = QuotaBytes
-	cfg.AutoCompactionMode = embed.CompactorModeRevision
-	cfg.AutoCompactionRetention = fmt.Sprint(CompactionRetention)
+	SetDisk(cfg)
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(newZapLogger(o.Logger, o.Dir, o.OnFatal, quiet))
 	return cfg, curl.String(), nil
 }
@@ -210,17 +207,5 @@ func config(o Options, quiet *atomic.Bool) (*embed.Config, string, error) {
 // data directory's lock once it has stopped; calling it twice is safe
 // (embed panics on that).
 func (s *Server) Close() {
-	s.once.Do(func() {
-		s.quiet.Store(true)
-		done := make(chan struct{})
-		go func() {
-			s.etcd.Close()
-			s.unlock()
-			close(done)
-		}()
-		select {
-		case <-done:
-		case <-time.After(CloseTimeout):
-		}
-	})
+	s.once.Do(func() { Stop(s.etcd, s.unlock, s.quiet) })
 }

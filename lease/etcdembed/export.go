@@ -1,9 +1,12 @@
 package etcdembed
 
 import (
+	"fmt"
 	"log/slog"
 	"sync/atomic"
+	"time"
 
+	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
 
@@ -22,4 +25,32 @@ func WarnFree(log *slog.Logger, dir string) { warnFree(log, dir) }
 // closing).
 func ZapLogger(log *slog.Logger, dir string, onFatal func(error), quiet *atomic.Bool) *zap.Logger {
 	return newZapLogger(log, dir, onFatal, quiet)
+}
+
+// SetDisk gives cfg the disk settings above (WAL and snapshot files kept,
+// backend quota, auto-compaction), which DiskNeed and docs/operations.md
+// assume of every member this project runs.
+func SetDisk(cfg *embed.Config) {
+	cfg.MaxWalFiles, cfg.MaxSnapFiles = MaxWALFiles, MaxSnapFiles
+	cfg.QuotaBackendBytes = QuotaBytes
+	cfg.AutoCompactionMode = embed.CompactorModeRevision
+	cfg.AutoCompactionRetention = fmt.Sprint(CompactionRetention)
+}
+
+// Stop closes a member started with ZapLogger's quiet flag, waiting at
+// most CloseTimeout, and calls unlock once it has stopped: a member that
+// does not stop in time is abandoned to the process exit. Call it once
+// (embed panics on a second Close).
+func Stop(e *embed.Etcd, unlock func(), quiet *atomic.Bool) {
+	quiet.Store(true)
+	done := make(chan struct{})
+	go func() {
+		e.Close()
+		unlock()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(CloseTimeout):
+	}
 }

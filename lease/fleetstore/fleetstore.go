@@ -231,10 +231,7 @@ func (o Options) config(self Member) (*embed.Config, error) {
 	}
 	cfg.ClusterState = embed.ClusterStateFlagNew
 	cfg.TickMs, cfg.ElectionMs = uint(o.Heartbeat.Milliseconds()), uint(o.Election.Milliseconds())
-	cfg.MaxWalFiles, cfg.MaxSnapFiles = etcdembed.MaxWALFiles, etcdembed.MaxSnapFiles
-	cfg.QuotaBackendBytes = etcdembed.QuotaBytes
-	cfg.AutoCompactionMode = embed.CompactorModeRevision
-	cfg.AutoCompactionRetention = fmt.Sprint(etcdembed.CompactionRetention)
+	etcdembed.SetDisk(cfg)
 	if o.TLS != nil {
 		info := transport.TLSInfo{CertFile: o.TLS.CertFile, KeyFile: o.TLS.KeyFile, TrustedCAFile: o.TLS.CAFile, ClientCertAuth: true}
 		cfg.ClientTLSInfo, cfg.PeerTLSInfo = info, info
@@ -339,17 +336,5 @@ func (s *Server) Err() <-chan error { return s.etcd.Err() }
 // releases the data directory's lock once it has stopped; calling it twice
 // is safe.
 func (s *Server) Close() {
-	s.once.Do(func() {
-		s.quiet.Store(true)
-		done := make(chan struct{})
-		go func() {
-			s.etcd.Close()
-			s.unlock()
-			close(done)
-		}()
-		select {
-		case <-done:
-		case <-time.After(etcdembed.CloseTimeout):
-		}
-	})
+	s.once.Do(func() { etcdembed.Stop(s.etcd, s.unlock, s.quiet) })
 }
