@@ -236,20 +236,15 @@ func (s *Store) RequestHandover(ctx context.Context, h lease.HandoverRequest, tt
 func (s *Store) ClearHandover(ctx context.Context, session string, epoch uint64) error {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	name := s.fleetRowName(kindHandover, session)
-	var l coordinationv1.Lease
-	err := s.request(s.rc.Get()).Name(name).Do(ctx).Into(&l)
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return readErr(fmt.Sprintf("read Lease %s/%s", s.ns, name), err)
+	l, err := s.readFleetRow(ctx, kindHandover, session)
+	if l == nil || err != nil {
+		return err
 	}
 	var h lease.HandoverRequest
 	if err := json.Unmarshal([]byte(l.Annotations[AnnotationValue]), &h); err != nil || h.Epoch != epoch {
 		return nil // cleared or another request: not ours to clear
 	}
-	return s.clearValue(ctx, &l)
+	return s.clearValue(ctx, l)
 }
 
 // SetDrain implements lease.Fleet.
@@ -259,16 +254,26 @@ func (s *Store) SetDrain(ctx context.Context, node string, draining bool) error 
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	name := s.fleetRowName(kindDrain, node)
+	l, err := s.readFleetRow(ctx, kindDrain, node)
+	if l == nil || err != nil {
+		return err
+	}
+	return s.clearValue(ctx, l)
+}
+
+// readFleetRow reads the fleet row of kind for key; a row that does not
+// exist is nil with no error (nothing to clear).
+func (s *Store) readFleetRow(ctx context.Context, kind, key string) (*coordinationv1.Lease, error) {
+	name := s.fleetRowName(kind, key)
 	var l coordinationv1.Lease
 	err := s.request(s.rc.Get()).Name(name).Do(ctx).Into(&l)
 	if apierrors.IsNotFound(err) {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return readErr(fmt.Sprintf("read Lease %s/%s", s.ns, name), err)
+		return nil, readErr(fmt.Sprintf("read Lease %s/%s", s.ns, name), err)
 	}
-	return s.clearValue(ctx, &l)
+	return &l, nil
 }
 
 // WatchControl implements lease.Fleet with a watch of the fleet's
