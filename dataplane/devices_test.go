@@ -18,6 +18,7 @@ import (
 
 	"github.com/leasebridge/leasebridge/dataplane"
 	"github.com/leasebridge/leasebridge/failover"
+	"github.com/leasebridge/leasebridge/internal/admittest"
 	"github.com/leasebridge/leasebridge/internal/embedbroker"
 	"github.com/leasebridge/leasebridge/lease"
 	"github.com/leasebridge/leasebridge/lease/etcdembed"
@@ -85,7 +86,7 @@ func startRoutes(t *testing.T, cfgTemplate string, args ...any) (*routeHarness, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	reports := admit(t, cfg)
+	reports := admittest.Admit(t, cfg)
 	store, err := etcdstore.New(ctx, etcdstore.Config{Endpoints: e.Endpoints, DialTimeout: time.Second, KeyPrefix: "/routes-test/"})
 	if err != nil {
 		t.Fatal(err)

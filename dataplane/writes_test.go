@@ -16,6 +16,7 @@ import (
 
 	"github.com/leasebridge/leasebridge/dataplane"
 	"github.com/leasebridge/leasebridge/failover"
+	"github.com/leasebridge/leasebridge/internal/admittest"
 	"github.com/leasebridge/leasebridge/internal/plcsim"
 	"github.com/leasebridge/leasebridge/internal/testbin"
 	"github.com/leasebridge/leasebridge/internal/testmqtt"
@@ -93,7 +94,7 @@ func startWriteRig(t *testing.T, maxAge time.Duration) *writeRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reports := admit(t, cfg)
+	reports := admittest.Admit(t, cfg)
 	store, err := etcdstore.New(ctx, etcdstore.Config{Endpoints: e.Endpoints, DialTimeout: time.Second, KeyPrefix: cfg.LeaseStore.KeyPrefix})
 	if err != nil {
 		t.Fatal(err)

@@ -22,6 +22,7 @@ import (
 	"github.com/leasebridge/leasebridge/cmd/leasebridge/httpapi"
 	"github.com/leasebridge/leasebridge/dataplane"
 	"github.com/leasebridge/leasebridge/failover"
+	"github.com/leasebridge/leasebridge/internal/admittest"
 	"github.com/leasebridge/leasebridge/internal/embedbroker"
 	"github.com/leasebridge/leasebridge/internal/faultproxy"
 	"github.com/leasebridge/leasebridge/internal/plcsim"
@@ -127,7 +128,7 @@ func (p *peers) bridgeAt(t *testing.T, node, keyPrefix, etcdURL string, jsonLogs
 	if err != nil {
 		t.Fatal(err)
 	}
-	reports := admit(t, cfg)
+	reports := admittest.Admit(t, cfg)
 	if !reports[0].Admitted() {
 		t.Fatalf("refused: %v", reports[0].Refusals)
 	}
