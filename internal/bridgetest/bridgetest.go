@@ -12,9 +12,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -328,14 +325,13 @@ func (s *stream) tally() Direction {
 	return d
 }
 
-// Proc is one `leasebridge run` process of a trial.
+// Proc is one `leasebridge run` process of a trial; Cmd is the running
+// process.
 type Proc struct {
-	// Node is its node name; Cmd the running process.
+	*testbin.Process
+	// Node is its node name.
 	Node string
-	Cmd  *exec.Cmd
 	http string
-	log  string
-	done chan struct{}
 }
 
 // Start runs a process with the trial's configuration for o, its local
@@ -343,35 +339,8 @@ type Proc struct {
 // ends, and its log printed if tb failed.
 func Start(tb testing.TB, o Options, dir, node, local, remote string) *Proc {
 	tb.Helper()
-	p := &Proc{Node: node, http: testbin.FreeAddr(tb), log: filepath.Join(dir, node+".log"), done: make(chan struct{})}
-	path := filepath.Join(dir, node+".yaml")
-	if err := os.WriteFile(path, []byte(config(o, node, p.http, local, remote)), 0o600); err != nil {
-		tb.Fatal(err)
-	}
-	logf, err := os.Create(p.log)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	p.Cmd = exec.Command(testbin.Leasebridge(tb), "run", "-c", path)
-	p.Cmd.Stdout, p.Cmd.Stderr = logf, logf
-	if err := p.Cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	go func() { _ = p.Cmd.Wait(); logf.Close(); close(p.done) }()
-	tb.Cleanup(func() {
-		_ = p.Cmd.Process.Kill()
-		<-p.done
-		if tb.Failed() {
-			tb.Logf("%s log:\n%s", node, p.Log())
-		}
-	})
-	return p
-}
-
-// Log is the process's output so far.
-func (p *Proc) Log() string {
-	b, _ := os.ReadFile(p.log)
-	return string(b)
+	addr := testbin.FreeAddr(tb)
+	return &Proc{Process: testbin.Run(tb, dir, node, config(o, node, addr, local, remote)), Node: node, http: addr}
 }
 
 // Owning holds for an owner at ServiceLevelFull.
@@ -395,7 +364,7 @@ func (p *Proc) Wait(ctx context.Context, limit time.Duration, ok func(failover.S
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%s: not reached within %s; last status %s", p.Node, limit, last)
-		case <-p.done:
+		case <-p.Done:
 			return fmt.Errorf("%s exited", p.Node)
 		case <-time.After(20 * time.Millisecond):
 		}

@@ -12,9 +12,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -140,50 +137,26 @@ func (f *Fleet) Budget(t testing.TB) time.Duration {
 
 // Proc is one `leasebridge run` process.
 type Proc struct {
+	*testbin.Process
 	// Node is its node name, HTTP its http_listen.
 	Node, HTTP string
-	cmd        *exec.Cmd
-	log        string
-	done       chan struct{}
 }
 
 // Run starts a process named node; it is killed when t ends, and its log
 // printed when t failed.
 func (f *Fleet) Run(t testing.TB, node string) *Proc {
 	t.Helper()
-	p := &Proc{Node: node, HTTP: testbin.FreeAddr(t), log: filepath.Join(f.dir, node+".log"), done: make(chan struct{})}
-	path := filepath.Join(f.dir, node+".yaml")
-	if err := os.WriteFile(path, []byte(f.Config(node, p.HTTP)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	logf, err := os.Create(p.log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.cmd = exec.Command(testbin.Leasebridge(t), "run", "-c", path)
-	p.cmd.Stdout, p.cmd.Stderr = logf, logf
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = p.cmd.Wait(); logf.Close(); close(p.done) }()
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		if t.Failed() {
-			b, _ := os.ReadFile(p.log)
-			t.Logf("%s log:\n%s", node, b)
-		}
-	})
-	return p
+	addr := testbin.FreeAddr(t)
+	return &Proc{Process: testbin.Run(t, f.dir, node, f.Config(node, addr)), Node: node, HTTP: addr}
 }
 
 // Kill SIGKILLs the process and waits for it to end.
 func (p *Proc) Kill(t testing.TB) {
 	t.Helper()
-	if err := p.cmd.Process.Kill(); err != nil {
+	if err := p.Cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	<-p.done
+	<-p.Done
 }
 
 // URL is the process's http_listen as a URL with path.
@@ -227,7 +200,7 @@ func (p *Proc) Wait(t testing.TB, limit time.Duration, what string, ok func(fail
 	var all []failover.SessionStatus
 	testbin.Observe(t, limit, func() (bool, string) {
 		select {
-		case <-p.done:
+		case <-p.Done:
 			t.Fatalf("%s exited while waiting for %s", p.Node, what)
 		default:
 		}
