@@ -55,20 +55,7 @@ manager:
   failover_slo: 60s
 brokers:
   local: {url: "%s", keepalive: 1s, connect_timeout: 1s, reconcile_timeout: 1s, unmatched_grace: 300ms, close_timeout: 200ms}
-devices:
-  plc:
-    kind: modbus_tcp
-    address: %s
-    connect_timeout: 500ms
-    request_timeout: 500ms
-    close_timeout: 200ms
-    groups:
-      - name: g
-        interval: 1s
-        tags:
-          - {name: cycles, register: holding, address: 0, type: uint16}
-          - {name: setpoint, register: holding, address: 1, type: uint16, writable: true}
-routes:
+%sroutes:
   - {name: commands, session: plc, kind: write, device: plc, broker: local, request_topic: w/req, reply_topic: w/resp, max_age: %s}
 `
 
@@ -89,7 +76,7 @@ func startWriteRig(t *testing.T, maxAge time.Duration) *writeRig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = plc.Close() })
-	y := fmt.Sprintf(writeRigConfig, "node-a", e.Endpoints[0], mq.URL, plc.Addr(), maxAge)
+	y := fmt.Sprintf(writeRigConfig, "node-a", e.Endpoints[0], mq.URL, testbin.PLCDevice(plc.Addr(), time.Second), maxAge)
 	cfg, err := routes.Parse("writes.yaml", []byte(y))
 	if err != nil {
 		t.Fatal(err)

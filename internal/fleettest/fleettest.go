@@ -85,20 +85,7 @@ lease_store: {endpoints: [%s], key_prefix: %s}
 %sbrokers:
   local: {url: "%s", %s}
   cloud: {url: "%s", %s}
-devices:
-  plc:
-    kind: modbus_tcp
-    address: %s
-    connect_timeout: 500ms
-    request_timeout: 500ms
-    close_timeout: 200ms
-    groups:
-      - name: g
-        interval: 100ms
-        tags:
-          - {name: cycles, register: holding, address: 0, type: uint16}
-          - {name: setpoint, register: holding, address: 1, type: uint16, writable: true}
-routes:
+%sroutes:
   - {name: %s, session: %s, kind: poll, device: plc, broker: local, topic: "v/{device}/{tag}"}
   - {name: %s, session: %s, kind: write, device: plc, broker: local, request_topic: w/req, reply_topic: w/resp, qos: 1}
   - name: %s
@@ -109,7 +96,7 @@ routes:
     topics:
       - {from: "down/#", to: "a/down/", direction: in, qos: 1}
 `, node, httpAddr, strings.Join(f.Etcd.Endpoints(), ", "), KeyPrefix, testbin.Manager,
-		f.Local.URL, testbin.BrokerTimings, f.Remote.URL, testbin.BrokerTimings, f.PLC.Addr(),
+		f.Local.URL, testbin.BrokerTimings, f.Remote.URL, testbin.BrokerTimings, testbin.PLCDevice(f.PLC.Addr(), 100*time.Millisecond),
 		PollRoute, SessionPLC, WriteRoute, SessionPLC, BridgeRoute, SessionUplink)
 }
 

@@ -114,6 +114,27 @@ const Manager = `manager:
 // BrokerTimings are the settings of Config's broker, after its url.
 var BrokerTimings = "keepalive: " + KeepAlive.String() + ", connect_timeout: 1s, reconcile_timeout: 1s, unmatched_grace: 300ms, close_timeout: 200ms"
 
+// PLCDevice is the devices block the bridge configurations of tests
+// share: one Modbus PLC "plc" at addr (a plcsim), its group g polled
+// every interval, with a uint16 counter "cycles" at holding register 0
+// and a writable uint16 "setpoint" at 1.
+func PLCDevice(addr string, interval time.Duration) string {
+	return fmt.Sprintf(`devices:
+  plc:
+    kind: modbus_tcp
+    address: %s
+    connect_timeout: 500ms
+    request_timeout: 500ms
+    close_timeout: 200ms
+    groups:
+      - name: g
+        interval: %s
+        tags:
+          - {name: cycles, register: holding, address: 0, type: uint16}
+          - {name: setpoint, register: holding, address: 1, type: uint16, writable: true}
+`, addr, interval)
+}
+
 // Config is the bridge configuration the process-level tests share:
 // second-scale lease timings, a one-second broker-path threshold, one
 // Modbus PLC polled every 50 ms into a poll route, and a write route on
@@ -139,21 +160,8 @@ node: %s
 %slease_store: {%s, key_prefix: %s}
 %s%sbrokers:
   local: {url: "%s", %s%s}
-devices:
-  plc:
-    kind: modbus_tcp
-    address: %s
-    connect_timeout: 500ms
-    request_timeout: 500ms
-    close_timeout: 200ms
-    groups:
-      - name: g
-        interval: 50ms
-        tags:
-          - {name: cycles, register: holding, address: 0, type: uint16}
-          - {name: setpoint, register: holding, address: 1, type: uint16, writable: true}
-routes:
+%sroutes:
   - {name: telemetry, session: plc, kind: poll, device: plc, broker: local, publish: every_poll, topic: "%s"}
   - {name: commands, session: plc, kind: write, device: plc, broker: local, request_topic: w/req, reply_topic: w/resp, qos: 1}
-`, b.Node, httpLine, store, b.KeyPrefix, Manager, b.Manager, b.Broker, BrokerTimings, extra, b.PLC, b.Topic)
+`, b.Node, httpLine, store, b.KeyPrefix, Manager, b.Manager, b.Broker, BrokerTimings, extra, PLCDevice(b.PLC, 50*time.Millisecond), b.Topic)
 }
