@@ -20,8 +20,8 @@ import (
 	"github.com/leasebridge/leasebridge/failover"
 	"github.com/leasebridge/leasebridge/internal/admittest"
 	"github.com/leasebridge/leasebridge/internal/embedbroker"
+	"github.com/leasebridge/leasebridge/internal/testbin"
 	"github.com/leasebridge/leasebridge/lease"
-	"github.com/leasebridge/leasebridge/lease/etcdembed"
 	"github.com/leasebridge/leasebridge/lease/etcdstore"
 	"github.com/leasebridge/leasebridge/routes"
 	"github.com/leasebridge/leasebridge/transports/mqtt"
@@ -49,16 +49,7 @@ func startRoutes(t *testing.T, cfgTemplate string, args ...any) (*routeHarness, 
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	e, err := etcdembed.Start(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	b, err := embedbroker.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
+	e, b := testbin.StartEtcd(t, t.TempDir()), testbin.StartBroker(t)
 	h := &routeHarness{broker: b, values: map[string]mqtt.ValueMessage{}, replies: map[string]dataplane.WriteReply{}, reg: prometheus.NewRegistry()}
 	if err := b.Server.Subscribe("v/#", 1, func(_ *mochi.Client, _ packets.Subscription, pk packets.Packet) {
 		var v mqtt.ValueMessage

@@ -22,7 +22,6 @@ import (
 	"github.com/leasebridge/leasebridge/internal/testmqtt"
 	"github.com/leasebridge/leasebridge/internal/writetest"
 	"github.com/leasebridge/leasebridge/lease"
-	"github.com/leasebridge/leasebridge/lease/etcdembed"
 	"github.com/leasebridge/leasebridge/lease/etcdstore"
 	"github.com/leasebridge/leasebridge/routes"
 	"github.com/leasebridge/leasebridge/transports"
@@ -63,19 +62,11 @@ func startWriteRig(t *testing.T, maxAge time.Duration) *writeRig {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	e, err := etcdembed.Start(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
+	e := testbin.StartEtcd(t, t.TempDir())
 	// No per-client queue limit: the burst below is queued for the bridge
 	// while it works through it (docs/writes.md, "Broker settings").
 	mq := testmqtt.StartMosquitto(t, testmqtt.MosquittoConfig{MaxQueuedMessages: -1})
-	plc, err := plcsim.Start(ctx, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = plc.Close() })
+	plc := testbin.StartPLC(t, time.Hour)
 	y := fmt.Sprintf(writeRigConfig, "node-a", e.Endpoints[0], mq.URL, testbin.PLCDevice(plc.Addr(), time.Second), maxAge)
 	cfg, err := routes.Parse("writes.yaml", []byte(y))
 	if err != nil {

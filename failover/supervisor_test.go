@@ -46,24 +46,7 @@ type peers struct {
 
 func startPeers(t *testing.T) *peers {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	e, err := etcdembed.Start(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	b, err := embedbroker.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
-	p, err := plcsim.Start(ctx, 20*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
-	return &peers{etcd: e, broker: b, plc: p}
+	return &peers{etcd: testbin.StartEtcd(t, t.TempDir()), broker: testbin.StartBroker(t), plc: testbin.StartPLC(t, 20*time.Millisecond)}
 }
 
 // bridge is one in-process bridge: a supervisor with its own etcd client.

@@ -45,22 +45,8 @@ type runPeers struct {
 
 func startRunPeers(t *testing.T) *runPeers {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
 	p := &runPeers{dir: t.TempDir()}
-	var err error
-	if p.etcd, err = etcdembed.Start(ctx, filepath.Join(p.dir, "etcd")); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.etcd.Close)
-	if p.broker, err = embedbroker.Start("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.broker.Close() })
-	if p.plc, err = plcsim.Start(ctx, 20*time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.plc.Close() })
+	p.etcd, p.broker, p.plc = testbin.StartEtcd(t, filepath.Join(p.dir, "etcd")), testbin.StartBroker(t), testbin.StartPLC(t, 20*time.Millisecond)
 	return p
 }
 

@@ -55,17 +55,7 @@ func newFleet(t *testing.T, tls bool, names ...string) *fleet {
 	for _, n := range names {
 		f.members += fmt.Sprintf("    - {name: %s, peer_url: \"%s://%s\", client_url: \"%s://%s\"}\n", n, scheme, testbin.FreeAddr(t), scheme, testbin.FreeAddr(t))
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	var err error
-	if f.broker, err = embedbroker.Start("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = f.broker.Close() })
-	if f.plc, err = plcsim.Start(ctx, 20*time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = f.plc.Close() })
+	f.broker, f.plc = testbin.StartBroker(t), testbin.StartPLC(t, 20*time.Millisecond)
 	return f
 }
 
