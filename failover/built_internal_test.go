@@ -1,8 +1,6 @@
 package failover
 
 import (
-	"context"
-	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,6 +8,7 @@ import (
 	"github.com/leasebridge/leasebridge/preflight"
 	"github.com/leasebridge/leasebridge/routes"
 	"github.com/leasebridge/leasebridge/transports"
+	"github.com/leasebridge/leasebridge/transports/transporttest"
 )
 
 // probeKind is a device kind that counts how often its transport is built;
@@ -19,23 +18,8 @@ const probeKind = "built_probe"
 var (
 	probeBuilds atomic.Int64
 	// probeLast is the transport the probe kind built last.
-	probeLast atomic.Pointer[stubTransport]
+	probeLast atomic.Pointer[transporttest.Stub]
 )
-
-// stubTransport is a transport that reports the bounds it is given and
-// never opens: preflight builds it, admission sums its bounds.
-type stubTransport struct {
-	name    string
-	bound   time.Duration
-	closing time.Duration
-}
-
-func (p *stubTransport) Name() string                   { return p.name }
-func (p *stubTransport) ActivationBound() time.Duration { return p.bound }
-func (p *stubTransport) CloseBound() time.Duration      { return p.closing }
-func (p *stubTransport) Open(context.Context) error     { return errors.New("stub: never opened") }
-func (p *stubTransport) Close(context.Context) error    { return nil }
-func (p *stubTransport) State() transports.State        { return transports.State{} }
 
 func init() {
 	routes.RegisterKind(routes.DeviceKind{Name: probeKind, Endpoint: func(d *routes.Device) (routes.Endpoint, error) {
@@ -43,7 +27,7 @@ func init() {
 	}})
 	transports.Register(probeKind, func(name string, _ any) (transports.Transport, error) {
 		probeBuilds.Add(1)
-		tr := &stubTransport{name: name, bound: time.Second, closing: time.Second}
+		tr := &transporttest.Stub{Device: name, Bound: time.Second, Closing: time.Second}
 		probeLast.Store(tr)
 		return tr, nil
 	})

@@ -1,8 +1,6 @@
 package preflight_test
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -13,6 +11,7 @@ import (
 	"github.com/leasebridge/leasebridge/preflight"
 	"github.com/leasebridge/leasebridge/routes"
 	"github.com/leasebridge/leasebridge/transports"
+	"github.com/leasebridge/leasebridge/transports/transporttest"
 )
 
 // skewKind is a device kind whose transport reports an activation bound
@@ -44,7 +43,7 @@ func init() {
 		if sc.Skew.D() > time.Hour {
 			return nil, fmt.Errorf("skew %s is above 1h", sc.Skew.D())
 		}
-		return &stubTransport{name: name, bound: c + r + sc.Skew.D(), closing: sc.Close.D()}, nil
+		return &transporttest.Stub{Device: name, Bound: c + r + sc.Skew.D(), Closing: sc.Close.D()}, nil
 	})
 }
 
@@ -120,18 +119,3 @@ func TestUnbuiltTransportIsRefusedAtItsLine(t *testing.T) {
 		t.Fatalf("reports %+v, want the session refused naming the device", reports)
 	}
 }
-
-// stubTransport is a transport that reports the bounds it is given and
-// never opens: preflight builds it, admission sums its bounds.
-type stubTransport struct {
-	name    string
-	bound   time.Duration
-	closing time.Duration
-}
-
-func (p *stubTransport) Name() string                   { return p.name }
-func (p *stubTransport) ActivationBound() time.Duration { return p.bound }
-func (p *stubTransport) CloseBound() time.Duration      { return p.closing }
-func (p *stubTransport) Open(context.Context) error     { return errors.New("stub: never opened") }
-func (p *stubTransport) Close(context.Context) error    { return nil }
-func (p *stubTransport) State() transports.State        { return transports.State{} }
