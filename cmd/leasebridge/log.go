@@ -52,3 +52,35 @@ func redactAttr(_ []string, a slog.Attr) slog.Attr {
 	}
 	return a
 }
+
+// processFlags are the flags of the commands that run a process until a
+// signal (run, store): -c FILE, --log-format and --log-level.
+type processFlags struct {
+	file, format, level *string
+}
+
+// addProcessFlags declares the process flags on fl.
+func addProcessFlags(fl *flagSet) processFlags {
+	return processFlags{
+		file:   fl.String("c", "", "the configuration `FILE` (required)"),
+		format: fl.String("log-format", "json", "log as `json|text`"),
+		level:  fl.String("log-level", "info", "the least severe level logged: `debug|info|warn|error`"),
+	}
+}
+
+// parse parses args on fl, requires -c FILE and builds the logger on
+// stderr. When the command must stop (help, a usage error) log is nil and
+// status is its exit status.
+func (p processFlags) parse(fl *flagSet, args []string, stderr io.Writer) (log *slog.Logger, status int) {
+	if err := fl.parse(args); err != nil {
+		return nil, flagStatus(err)
+	}
+	if *p.file == "" {
+		return nil, fl.usageError("-c FILE is required")
+	}
+	log, err := newLogger(stderr, *p.format, *p.level)
+	if err != nil {
+		return nil, fl.usageError("%v", err)
+	}
+	return log, 0
+}

@@ -39,19 +39,12 @@ import (
 // exits before any store or transport is opened.
 func runMain(args []string, stdout, stderr io.Writer) int {
 	fl := newFlags("run", stdout, stderr)
-	file := fl.String("c", "", "the configuration `FILE` (required)")
-	format := fl.String("log-format", "json", "log as `json|text`")
-	level := fl.String("log-level", "info", "the least severe level logged: `debug|info|warn|error`")
-	if err := fl.parse(args); err != nil {
-		return flagStatus(err)
+	pf := addProcessFlags(fl)
+	log, status := pf.parse(fl, args, stderr)
+	if log == nil {
+		return status
 	}
-	if *file == "" {
-		return fl.usageError("-c FILE is required")
-	}
-	log, err := newLogger(stderr, *format, *level)
-	if err != nil {
-		return fl.usageError("%v", err)
-	}
+	file := pf.file
 	slog.SetDefault(log)
 	cfg, built, errs := load(*file, true)
 	if len(errs) > 0 {

@@ -70,20 +70,13 @@ func loadStore(cmd, file string, stderr io.Writer) *routes.Config {
 // storeRun runs this node's member until SIGTERM or SIGINT.
 func storeRun(args []string, stdout, stderr io.Writer) int {
 	fl := newFlags("store", stdout, stderr)
-	file := fl.String("c", "", "the configuration `FILE` (required)")
-	format := fl.String("log-format", "json", "log as `json|text`")
-	level := fl.String("log-level", "info", "the least severe level logged: `debug|info|warn|error`")
+	pf := addProcessFlags(fl)
 	token := fl.String("new-cluster-token", "", "bootstrap a rebuilt cluster under `TOKEN` (the same on every member, after a quorum loss; docs/operations.md)")
-	if err := fl.parse(args); err != nil {
-		return flagStatus(err)
+	log, status := pf.parse(fl, args, stderr)
+	if log == nil {
+		return status
 	}
-	if *file == "" {
-		return fl.usageError("-c FILE is required")
-	}
-	log, err := newLogger(stderr, *format, *level)
-	if err != nil {
-		return fl.usageError("%v", err)
-	}
+	file := pf.file
 	cfg := loadStore("store", *file, stderr)
 	if cfg == nil {
 		return exitStoreInvalid
