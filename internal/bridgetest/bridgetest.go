@@ -227,20 +227,10 @@ type stream struct {
 	arrived  chan struct{} // signalled on every arrival
 }
 
-func connect(tb testing.TB, url, id string) paho.Client {
-	tb.Helper()
-	c := paho.NewClient(paho.NewClientOptions().AddBroker(url).SetClientID(id).SetCleanSession(true))
-	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		tb.Fatalf("bridgetest: %s connect %s: %v", id, url, tok.Error())
-	}
-	tb.Cleanup(func() { c.Disconnect(100) })
-	return c
-}
-
 func newStream(tb testing.TB, srcURL, dstURL, src, dst, name string) *stream {
 	tb.Helper()
 	s := &stream{name: name, src: src, seen: map[int]int{}, arrived: make(chan struct{}, 1),
-		pub: connect(tb, srcURL, "pub-"+name), sub: connect(tb, dstURL, "sub-"+name)}
+		pub: testmqtt.Connect(tb, srcURL, "pub-"+name), sub: testmqtt.Connect(tb, dstURL, "sub-"+name)}
 	tok := s.sub.Subscribe(dst, 1, func(_ paho.Client, m paho.Message) {
 		n, err := strconv.Atoi(string(m.Payload()))
 		if err != nil {

@@ -229,7 +229,7 @@ func (f *Fleet) Write(t testing.TB, limit time.Duration) {
 func (f *Fleet) Bridge(t testing.TB, limit time.Duration) {
 	t.Helper()
 	got := make(chan struct{}, 1)
-	sub := connect(t, f.Local.URL, fmt.Sprintf("fleettest-sub-%d", time.Now().UnixNano()))
+	sub := testmqtt.Connect(t, f.Local.URL, fmt.Sprintf("fleettest-sub-%d", time.Now().UnixNano()))
 	tok := sub.Subscribe(downTarget, 1, func(paho.Client, paho.Message) {
 		select {
 		case got <- struct{}{}:
@@ -239,7 +239,7 @@ func (f *Fleet) Bridge(t testing.TB, limit time.Duration) {
 	if !tok.WaitTimeout(limit) || tok.Error() != nil {
 		t.Fatalf("fleettest: subscribe %s: %v", downTarget, tok.Error())
 	}
-	pub := connect(t, f.Remote.URL, fmt.Sprintf("fleettest-pub-%d", time.Now().UnixNano()))
+	pub := testmqtt.Connect(t, f.Remote.URL, fmt.Sprintf("fleettest-pub-%d", time.Now().UnixNano()))
 	if tok := pub.Publish(downSource, 1, false, "probe"); !tok.WaitTimeout(limit) || tok.Error() != nil {
 		t.Fatalf("fleettest: publish %s: %v", downSource, tok.Error())
 	}
@@ -248,14 +248,4 @@ func (f *Fleet) Bridge(t testing.TB, limit time.Duration) {
 	case <-time.After(limit):
 		t.Fatalf("fleettest: %s did not arrive as %s within %s", downSource, downTarget, limit)
 	}
-}
-
-func connect(t testing.TB, url, id string) paho.Client {
-	t.Helper()
-	c := paho.NewClient(paho.NewClientOptions().AddBroker(url).SetClientID(id).SetCleanSession(true))
-	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("fleettest: %s connect %s: %v", id, url, tok.Error())
-	}
-	t.Cleanup(func() { c.Disconnect(100) })
-	return c
 }
