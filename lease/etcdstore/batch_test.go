@@ -179,14 +179,7 @@ func TestBatchedRenewalsOnEtcd(t *testing.T) {
 		t.Fatalf("%.1f Txns per batch call for %d rows, want ceil(%d/127) = 2 (and a late single now and then)", perCall, n, n)
 	}
 
-	row, ver, err := st.Read(context.Background(), "s042")
-	if err != nil {
-		t.Fatal(err)
-	}
-	row.Owner, row.Epoch = "n2#b", row.Epoch+1
-	if _, err := st.CompareAndSwap(context.Background(), "s042", ver, row); err != nil {
-		t.Fatal(err)
-	}
+	takeOver(t, st, "s042", "n2#b")
 	took := time.Now()
 	select {
 	case key := <-lost:
@@ -207,6 +200,29 @@ func TestBatchedRenewalsOnEtcd(t *testing.T) {
 	t.Logf("the taken row was lost %v after the takeover, from its batch's conflict", time.Since(took).Round(time.Millisecond))
 	if got := count(); got != n-1 {
 		t.Fatalf("%d rows owned after one was taken, want %d", got, n-1)
+	}
+}
+
+// takeOver writes owner into key as another node's takeover would. The
+// row's owner keeps renewing meanwhile, and a renew may land between the
+// read and the compare-and-swap (a batch is counted in Renewer.Calls as
+// it is sent, before it lands): a conflict is that renew, so read again.
+func takeOver(t *testing.T, st *etcdstore.Store, key, owner string) {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		row, ver, err := st.Read(context.Background(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		row.Owner, row.Epoch = owner, row.Epoch+1
+		_, err = st.CompareAndSwap(context.Background(), key, ver, row)
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, lease.ErrConflict) || attempt == 10 {
+			t.Fatalf("takeover of %s, attempt %d: %v", key, attempt, err)
+		}
+		t.Logf("takeover of %s, attempt %d: %v (a renew landed in between)", key, attempt, err)
 	}
 }
 
