@@ -5,7 +5,7 @@ package testbin
 
 import (
 	"fmt"
-	"net"
+
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/leasebridge/leasebridge/internal/freeport"
 )
 
 // binary is one command of this tree, built once per test process.
@@ -66,12 +68,11 @@ func Demo(tb testing.TB) string {
 // FreeAddr returns a loopback host:port that was free a moment ago.
 func FreeAddr(tb testing.TB) string {
 	tb.Helper()
-	l, lerr := net.Listen("tcp", "127.0.0.1:0")
-	if lerr != nil {
-		tb.Fatal(lerr)
+	addr, err := freeport.Addr()
+	if err != nil {
+		tb.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addr
 }
 
 // Bridge describes one bridge of the shared test configuration.

@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -29,6 +28,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/leasebridge/leasebridge/internal/freeport"
 )
 
 // startTimeout bounds how long a cluster may take to elect a leader.
@@ -139,12 +140,11 @@ func newCluster(t testing.TB, n int, bin string) *Cluster {
 // freeAddr returns a loopback address with a port that was free a moment
 // ago: etcd's initial cluster needs every port before any member starts.
 func freeAddr(t testing.TB) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatalf("testetcd: free port: %v", err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addr
 }
 
 func (c *Cluster) startAll() {

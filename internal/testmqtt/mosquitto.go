@@ -12,11 +12,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leasebridge/leasebridge/internal/freeport"
 )
 
 // MosquittoBinary is the broker binary looked up on PATH (and in /usr/sbin,
@@ -234,10 +237,14 @@ func writePasswordFile(t testing.TB, path string, users map[string]string) {
 // before mosquitto binds; start then fails loudly rather than silently.
 func freePort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	_, p, _ := net.SplitHostPort(addr)
+	port, err := strconv.Atoi(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return port
 }
